@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds steermoe and runs every test: the release build with -Werror, the same suite under
+# AddressSanitizer + UndefinedBehaviorSanitizer, and each libFuzzer target briefly.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/install-deps.sh
+JOBS=${JOBS:-$(nproc)}
+FUZZ_SECONDS=${FUZZ_SECONDS:-20}
+
+echo "== release build (-Werror) =="
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTEERMOE_WERROR=ON >/dev/null
+cmake --build build -j "$JOBS"
+ctest --test-dir build --output-on-failure -j "$JOBS"
+
+echo "== ASan + UBSan build =="
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSTEERMOE_WERROR=ON \
+  -DSTEERMOE_SANITIZE=ON -DSTEERMOE_BENCH=OFF >/dev/null
+cmake --build build-asan -j "$JOBS"
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$JOBS" -LE slow
+
+echo "== libFuzzer targets (${FUZZ_SECONDS}s each) =="
+CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DSTEERMOE_FUZZ=ON -DSTEERMOE_TESTS=OFF -DSTEERMOE_BENCH=OFF >/dev/null
+cmake --build build-fuzz -j "$JOBS"
+for f in build-fuzz/fuzz/fuzz_*; do
+  [ -x "$f" ] || continue
+  name=$(basename "$f")
+  corpus="fuzz/corpus/${name#fuzz_}"
+  work=$(mktemp -d)
+  [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
+  echo "-- $name"
+  "$f" "$work" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+    -print_final_stats=0 2>&1 | tail -n 2
+  rm -rf "$work"
+done
+echo "all test stages passed"

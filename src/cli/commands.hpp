@@ -1,0 +1,15 @@
+// Every subcommand of the `steermoe` binary registers itself here. A command file defines one
+// `add_<name>_command` that adds a CLI11 subcommand with all its options (each with a default
+// shown by --help) and a final callback that does the work. Failures are thrown as
+// steermoe::Error; main() prints them and exits with status 1.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace steermoe::cli {
+
+void add_all_commands(CLI::App& root);
+
+// One declaration per command file (keep alphabetical).
+
+}  // namespace steermoe::cli

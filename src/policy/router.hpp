@@ -1,0 +1,138 @@
+// The logical expert cache and the per-(token, layer) policy step of policy-spec.md.
+// One RequestRouter per request row: it owns the logical cache of every MoE layer. Routing reads
+// only this logical state (and, in the `physical` demonstration mode only, an "issued copies"
+// mask supplied by the scheduler). Nothing here allocates after construction.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "policy/calibration.hpp"
+#include "policy/config.hpp"
+
+namespace steermoe::policy {
+
+// A logical insertion: expert `expert` now lives in slot `slot`; the physical side must copy it.
+struct Copy {
+  int32_t expert = 0;
+  int32_t slot = 0;
+};
+
+// Everything the step for one (token, layer) decided. Vectors are preallocated and reused.
+struct Decision {
+  int32_t layer = 0;
+  int64_t step = 0;                   // token index within the request, from 1
+  std::vector<int32_t> selected;      // S, ascending expert id (size K)
+  std::vector<int32_t> selected_slot; // slot of each selected expert (aligned with `selected`)
+  std::vector<float> weights;         // execution weights aligned with `selected` (model's rule)
+  std::vector<int32_t> exact;         // the router's own top-K of z, ascending
+  std::vector<Copy> prefetch;         // part 1 insertions for this layer, emission order
+  std::vector<Copy> demand;           // part 2 insertions, emission order
+  std::vector<int32_t> evicted;       // eviction order (part 1 then part 2)
+  int replaced = 0;                   // |S \ exact|
+  bool has_weights = false;           // weights computed (needs weight scores for sigmoid)
+};
+
+// Logical cache of one layer: resident set R with slot map, and the eviction statistics.
+class LayerCache {
+ public:
+  LayerCache(int experts, int slots);
+
+  void reset(std::span<const int32_t> warm_order);  // R = first C of warm_order, stats cleared
+  bool resident(int e) const { return slot_of_[e] >= 0; }
+  int slot_of(int e) const { return slot_of_[e]; }
+  int expert_in_slot(int s) const { return expert_in_slot_[s]; }
+  int size() const { return size_; }
+  int slots() const { return static_cast<int>(expert_in_slot_.size()); }
+  int experts() const { return static_cast<int>(slot_of_.size()); }
+  // Resident experts in ascending id order (allocates; for reports, not the hot path).
+  std::vector<int32_t> resident_sorted() const;
+
+ private:
+  friend class RequestRouter;
+  std::vector<int32_t> slot_of_;         // [E]: slot or -1
+  std::vector<int32_t> expert_in_slot_;  // [C]: expert or -1
+  int size_ = 0;
+  std::vector<float> fast_, slow_;       // [E] EMAs (decay 0.5 / 0.98) of exact top-K membership
+  std::vector<int64_t> last_use_;        // [E] LRU clock: step of last insertion or execution
+  std::vector<float> priority_;          // [E] priority for the current step (fixed in the step)
+  std::vector<uint8_t> protected_;       // [E] B: protected in the current step
+  double unused_ = 0;
+  float range_sum_ = 0.0f;               // running range: sum of (max z - min z)
+  int64_t range_count_ = 0;
+  int64_t step_started_ = 0;             // step whose priorities are in priority_ (0 = none)
+};
+
+class RequestRouter {
+ public:
+  // `calib` must outlive the router. cache_slots = C.
+  RequestRouter(const RouterSpec& spec, const PolicyConfig& config, const Calibration& calib,
+                int cache_slots);
+
+  // New request: every layer back to its warm set; EMAs, LRU clocks, running ranges cleared.
+  void reset();
+  // Starts the next step (token) with input token id `token` (for the token prior).
+  void begin_token(int32_t token);
+
+  // Part 1 for `layer` (>= 1): pregate = router `layer` applied to the MoE input of layer-1.
+  // Returns the prefetch insertions (also kept in decision(layer).prefetch).
+  std::span<const Copy> prefetch(int layer, std::span<const float> pregate);
+
+  // Part 2 for `layer`: z = selection scores; weight_scores = scores the execution weights come
+  // from (softmax: the logits, may be empty to reuse z; sigmoid: sigmoid(logits) without bias,
+  // empty = no weights). `issued` (physical mode only): [E] mask of experts whose copies the
+  // scheduler has issued for this layer.
+  const Decision& select(int layer, std::span<const float> z,
+                         std::span<const float> weight_scores = {},
+                         std::span<const uint8_t> issued = {});
+
+  const Decision& decision(int layer) const { return decisions_[layer]; }
+  const LayerCache& cache(int layer) const { return caches_[layer]; }
+  const RouterSpec& spec() const { return spec_; }
+  const PolicyConfig& config() const { return config_; }
+  int64_t step() const { return step_; }
+  int cache_slots() const { return slots_; }
+
+ private:
+  void begin_layer_step(int layer);
+  float layer_range(int layer, std::span<const float> z);
+  int insert(LayerCache& cache, int expert, int slot_hint_victim, Decision& d);
+  int argmin_priority(const LayerCache& cache, bool skip_selected, bool skip_protected) const;
+
+  RouterSpec spec_;
+  PolicyConfig config_;
+  const Calibration* calib_;
+  int slots_;
+  int window_;
+  int64_t step_ = 0;
+  int32_t token_ = 0;
+  std::vector<LayerCache> caches_;
+  std::vector<Decision> decisions_;
+  // Scratch, sized at construction.
+  std::vector<float> biased_;
+  std::vector<uint8_t> in_selected_;
+  std::vector<int32_t> ranking_;                    // pre-gate ranking, first max(W, K)
+  std::vector<std::vector<int32_t>> pregate_rank_;  // [L]: ranking kept for spec mode
+  std::vector<int32_t> topj_;
+  std::vector<float> group_score_;
+  std::vector<uint8_t> group_kept_;
+};
+
+// Top-k of `score` with the spec's tie rule (higher score, then higher `tiebreak`, then lower
+// index); writes k indices in rank order to `out`. `tiebreak` may equal `score`.
+void top_k(std::span<const float> score, std::span<const float> tiebreak, int k,
+           std::span<int32_t> out);
+
+// The model's own selection (DeepSeek group limit included) of `selection` scores, ties broken
+// by `unbonused`. `out` gets K indices in rank order. Scratch spans sized n_group.
+void model_top_k(const RouterSpec& spec, std::span<const float> selection,
+                 std::span<const float> unbonused, std::span<int32_t> out,
+                 std::span<float> group_score, std::span<uint8_t> group_kept,
+                 std::span<float> masked);
+
+// Execution weights of `selected` by the model's own rule (see policy-spec.md "Weights").
+void execution_weights(const RouterSpec& spec, std::span<const float> weight_scores,
+                       std::span<const int32_t> selected, std::span<float> out);
+
+}  // namespace steermoe::policy
