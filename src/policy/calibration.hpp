@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "policy/config.hpp"
@@ -23,10 +24,10 @@ struct PriorEntry {
 // experts, sorted by expert id. Tokens never seen have no entries (prior 0).
 struct TokenPrior {
   int layers = 0;
-  int vocab = 0;                       // token ids are < vocab
-  std::vector<uint32_t> occurrences;   // [vocab]: held-out occurrences of each token as input
-  std::vector<uint64_t> row_begin;     // [layers * vocab + 1]: CSR offsets into entries
-  std::vector<PriorEntry> entries;     // all non-zero entries
+  int vocab = 0;                      // token ids are < vocab
+  std::vector<uint32_t> occurrences;  // [vocab]: held-out occurrences of each token as input
+  std::vector<uint64_t> row_begin;    // [layers * vocab + 1]: CSR offsets into entries
+  std::vector<PriorEntry> entries;    // all non-zero entries
 
   std::span<const PriorEntry> row(int layer, int32_t token) const;
   bool empty() const { return entries.empty(); }
@@ -51,6 +52,10 @@ struct Calibration {
   void check(const char* source) const;
 };
 
+// Calibration with no information: warm order = expert index, ranges 0, no token prior. Enough
+// for exact routing (lambda = 0) and for an all-resident cache (C = E).
+Calibration uninformed_calibration(const RouterSpec& spec);
+
 // Accumulates calibration from exact-routing steps (one call per step and layer).
 class Calibrator {
  public:
@@ -65,12 +70,15 @@ class Calibrator {
   RouterSpec spec_;
   int vocab_;
   uint64_t steps_ = 0;
-  std::vector<std::vector<uint64_t>> counts_;              // [L][E]
-  std::vector<double> range_sum_;                           // [L]
-  std::vector<uint64_t> range_n_;                           // [L]
-  std::vector<uint32_t> occurrences_;                       // [vocab], counted at layer 0
-  std::vector<std::vector<std::pair<uint64_t, uint32_t>>> pairs_;  // [L]: (token*E+e) counts
-  std::vector<int> topk_buf_;
+  std::vector<std::vector<uint64_t>> counts_;                        // [L][E]
+  std::vector<double> range_sum_;                                    // [L]
+  std::vector<uint64_t> range_n_;                                    // [L]
+  std::vector<uint32_t> occurrences_;                                // [vocab], counted at layer 0
+  std::vector<std::unordered_map<uint64_t, uint32_t>> pair_counts_;  // [L]: token*E+e -> count
+  std::vector<int32_t> topk_buf_;
+  std::vector<float> group_score_;
+  std::vector<uint8_t> group_kept_;
+  std::vector<float> masked_;
 };
 
 }  // namespace steermoe::policy

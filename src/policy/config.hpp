@@ -15,9 +15,9 @@ enum class ScoreMode : uint8_t {
 
 // The routing facts of a model, resolved once when the model (or trace) is loaded.
 struct RouterSpec {
-  int experts = 0;                     // E: routed experts per MoE layer
-  int top_k = 0;                       // K: experts executed per token
-  int layers = 0;                      // L: MoE layers (layer index 0 = "layer 1" of the spec)
+  int experts = 0;  // E: routed experts per MoE layer
+  int top_k = 0;    // K: experts executed per token
+  int layers = 0;   // L: MoE layers (layer index 0 = "layer 1" of the spec)
   ScoreMode mode = ScoreMode::kSoftmax;
   int n_group = 1;                     // DeepSeek group-limited selection: groups of E/n_group
   int topk_group = 1;                  // groups kept (n_group == topk_group disables the limit)
@@ -32,13 +32,13 @@ enum class RangeMode : uint8_t { kFixed, kRunning };
 
 struct PolicyConfig {
   PolicyKind kind = PolicyKind::kExact;
-  float lambda = 0.0f;               // bonus, in units of the layer's score range
-  int prefetch_budget = 0;           // n: insertions per (layer, token) in part 1
-  int window = 0;                    // W: pre-gate candidates examined; 0 = model default
-  Evict evict = Evict::kLru;         // eviction priority
-  int protect_top_j = 0;             // J: router top-J get the bonus as if resident
+  float lambda = 0.0f;        // bonus, in units of the layer's score range
+  int prefetch_budget = 0;    // n: insertions per (layer, token) in part 1
+  int window = 0;             // W: pre-gate candidates examined; 0 = model default
+  Evict evict = Evict::kLru;  // eviction priority
+  int protect_top_j = 0;      // J: router top-J get the bonus as if resident
   RangeMode range = RangeMode::kFixed;
-  bool physical = false;             // demonstration mode: bonus on issued copies (timing-dependent)
+  bool physical = false;  // demonstration mode: bonus on issued copies (timing-dependent)
 
   // Canonical form, accepted back by parse_policy (e.g. "psr:lambda=0.3,n=1,w=8,evict=a").
   std::string to_string() const;
@@ -52,7 +52,7 @@ struct PolicyConfig {
 // expected values for unknown names, unknown keys, duplicates and out-of-range values.
 PolicyConfig parse_policy(std::string_view text);
 
-// Checks the policy against a model and cache size: K <= C <= E, w <= E, n <= w, j <= K.
+// Checks the policy against a model and cache size: K <= C <= E, w <= E, n <= E, j <= K.
 // Throws steermoe::Error with a clear message.
 void validate(const PolicyConfig& config, const RouterSpec& spec, int cache_slots);
 

@@ -22,16 +22,16 @@ struct Copy {
 // Everything the step for one (token, layer) decided. Vectors are preallocated and reused.
 struct Decision {
   int32_t layer = 0;
-  int64_t step = 0;                   // token index within the request, from 1
-  std::vector<int32_t> selected;      // S, ascending expert id (size K)
-  std::vector<int32_t> selected_slot; // slot of each selected expert (aligned with `selected`)
-  std::vector<float> weights;         // execution weights aligned with `selected` (model's rule)
-  std::vector<int32_t> exact;         // the router's own top-K of z, ascending
-  std::vector<Copy> prefetch;         // part 1 insertions for this layer, emission order
-  std::vector<Copy> demand;           // part 2 insertions, emission order
-  std::vector<int32_t> evicted;       // eviction order (part 1 then part 2)
-  int replaced = 0;                   // |S \ exact|
-  bool has_weights = false;           // weights computed (needs weight scores for sigmoid)
+  int64_t step = 0;                    // token index within the request, from 1
+  std::vector<int32_t> selected;       // S, ascending expert id (size K)
+  std::vector<int32_t> selected_slot;  // slot of each selected expert (aligned with `selected`)
+  std::vector<float> weights;          // execution weights aligned with `selected` (model's rule)
+  std::vector<int32_t> exact;          // the router's own top-K of z, ascending
+  std::vector<Copy> prefetch;          // part 1 insertions for this layer, emission order
+  std::vector<Copy> demand;            // part 2 insertions, emission order
+  std::vector<int32_t> evicted;        // eviction order (part 1 then part 2)
+  int replaced = 0;                    // |S \ exact|
+  bool has_weights = false;            // weights computed (needs weight scores for sigmoid)
 };
 
 // Logical cache of one layer: resident set R with slot map, and the eviction statistics.
@@ -54,14 +54,14 @@ class LayerCache {
   std::vector<int32_t> slot_of_;         // [E]: slot or -1
   std::vector<int32_t> expert_in_slot_;  // [C]: expert or -1
   int size_ = 0;
-  std::vector<float> fast_, slow_;       // [E] EMAs (decay 0.5 / 0.98) of exact top-K membership
-  std::vector<int64_t> last_use_;        // [E] LRU clock: step of last insertion or execution
-  std::vector<float> priority_;          // [E] priority for the current step (fixed in the step)
-  std::vector<uint8_t> protected_;       // [E] B: protected in the current step
-  double unused_ = 0;
-  float range_sum_ = 0.0f;               // running range: sum of (max z - min z)
+  std::vector<float> fast_, slow_;     // [E] EMAs (decay 0.5 / 0.98) of exact top-K membership
+  std::vector<int64_t> last_use_;      // [E] LRU clock: step of last insertion or execution
+  std::vector<float> priority_;        // [E] A priority for the current step (fixed in the step)
+  std::vector<int64_t> priority_lru_;  // [E] LRU priority for the current step
+  std::vector<uint8_t> protected_;     // [E] B: protected in the current step
+  float range_sum_ = 0.0f;             // running range: sum of (max z - min z)
   int64_t range_count_ = 0;
-  int64_t step_started_ = 0;             // step whose priorities are in priority_ (0 = none)
+  int64_t step_started_ = 0;  // step whose priorities are in priority_ (0 = none)
 };
 
 class RequestRouter {
@@ -97,7 +97,7 @@ class RequestRouter {
  private:
   void begin_layer_step(int layer);
   float layer_range(int layer, std::span<const float> z);
-  int insert(LayerCache& cache, int expert, int slot_hint_victim, Decision& d);
+  int insert(LayerCache& cache, int expert, int victim, Decision& d);
   int argmin_priority(const LayerCache& cache, bool skip_selected, bool skip_protected) const;
 
   RouterSpec spec_;
@@ -110,13 +110,18 @@ class RequestRouter {
   std::vector<LayerCache> caches_;
   std::vector<Decision> decisions_;
   // Scratch, sized at construction.
-  std::vector<float> biased_;
-  std::vector<uint8_t> in_selected_;
-  std::vector<int32_t> ranking_;                    // pre-gate ranking, first max(W, K)
-  std::vector<std::vector<int32_t>> pregate_rank_;  // [L]: ranking kept for spec mode
-  std::vector<int32_t> topj_;
-  std::vector<float> group_score_;
-  std::vector<uint8_t> group_kept_;
+  std::vector<float> biased_;                       // [E] z + bonus
+  std::vector<float> masked_;                       // [E] group-limited scores
+  std::vector<uint8_t> in_selected_;                // [E] membership mask, all 0 between uses
+  std::vector<std::vector<int32_t>> pregate_rank_;  // [L]: pre-gate ranking, first max(W, K)
+  std::vector<uint8_t> have_pregate_;               // [L]: part 1 ran for this layer this step
+  std::vector<int32_t> topk_;                       // [K] bonused selection, rank order
+  std::vector<int32_t> exact_;                      // [K] router's own top-K, rank order
+  std::vector<int32_t> topj_;                       // [J] router top-J
+  std::vector<uint8_t> in_topj_;                    // [E] top-J mask, all 0 between uses
+  std::vector<float> group_score_;                  // [n_group]
+  std::vector<uint8_t> group_kept_;                 // [n_group]
+  std::vector<float> weights_;                      // [K]
 };
 
 // Top-k of `score` with the spec's tie rule (higher score, then higher `tiebreak`, then lower

@@ -1,0 +1,345 @@
+// The per-(token, layer) policy step of policy-spec.md ("The step", "Eviction priorities",
+// "Numerics"). Every arithmetic operation here is float32 in the spec's order; the library is
+// compiled with -ffp-contract=off so no FMA can change a bit.
+#include "policy/router.hpp"
+
+#include <algorithm>
+#include <limits>
+
+#include "common/error.hpp"
+
+namespace steermoe::policy {
+namespace {
+
+constexpr float kFastDecay = 0.5f;
+constexpr float kFastGain = 0.5f;
+constexpr float kSlowDecay = 0.98f;
+constexpr float kSlowGain = 1.0f - 0.98f;
+
+}  // namespace
+
+LayerCache::LayerCache(int experts, int slots)
+    : slot_of_(experts, -1),
+      expert_in_slot_(slots, -1),
+      fast_(experts, 0.0f),
+      slow_(experts, 0.0f),
+      last_use_(experts, 0),
+      priority_(experts, 0.0f),
+      priority_lru_(experts, 0),
+      protected_(experts, 0) {}
+
+void LayerCache::reset(std::span<const int32_t> warm_order) {
+  std::fill(slot_of_.begin(), slot_of_.end(), -1);
+  std::fill(expert_in_slot_.begin(), expert_in_slot_.end(), -1);
+  const int c = slots();
+  SM_ASSERT(warm_order.size() >= static_cast<size_t>(c));
+  for (int s = 0; s < c; ++s) {
+    slot_of_[warm_order[s]] = s;
+    expert_in_slot_[s] = warm_order[s];
+  }
+  size_ = c;
+  std::fill(fast_.begin(), fast_.end(), 0.0f);
+  std::fill(slow_.begin(), slow_.end(), 0.0f);
+  std::fill(last_use_.begin(), last_use_.end(), 0);
+  std::fill(protected_.begin(), protected_.end(), 0);
+  range_sum_ = 0.0f;
+  range_count_ = 0;
+  step_started_ = 0;
+}
+
+std::vector<int32_t> LayerCache::resident_sorted() const {
+  std::vector<int32_t> out;
+  for (int e = 0; e < experts(); ++e) {
+    if (slot_of_[e] >= 0) out.push_back(e);
+  }
+  return out;
+}
+
+RequestRouter::RequestRouter(const RouterSpec& spec, const PolicyConfig& config,
+                             const Calibration& calib, int cache_slots)
+    : spec_(spec), config_(config), calib_(&calib), slots_(cache_slots) {
+  validate(config, spec, cache_slots);
+  window_ = config.effective_window(spec);
+  if (calib.layers != spec.layers || calib.experts != spec.experts) {
+    fail("calibration", "shape", "expected {} layers x {} experts (the model's), got {} x {}",
+         spec.layers, spec.experts, calib.layers, calib.experts);
+  }
+  const int e = spec.experts, k = spec.top_k, l = spec.layers;
+  const int ranked = std::max(window_, k);
+  caches_.reserve(l);
+  decisions_.resize(l);
+  for (int i = 0; i < l; ++i) {
+    caches_.emplace_back(e, cache_slots);
+    Decision& d = decisions_[i];
+    d.layer = i;
+    d.selected.reserve(k);
+    d.selected_slot.reserve(k);
+    d.weights.reserve(k);
+    d.exact.reserve(k);
+    d.prefetch.reserve(window_);
+    d.demand.reserve(k);
+    d.evicted.reserve(window_ + k);
+  }
+  biased_.resize(e);
+  masked_.resize(e);
+  in_selected_.assign(e, 0);
+  pregate_rank_.assign(l, std::vector<int32_t>(ranked, 0));
+  have_pregate_.assign(l, 0);
+  topk_.resize(k);
+  exact_.resize(k);
+  topj_.resize(std::max(config.protect_top_j, 1));
+  in_topj_.assign(e, 0);
+  group_score_.resize(std::max(spec.n_group, 1));
+  group_kept_.resize(std::max(spec.n_group, 1));
+  weights_.resize(k);
+  reset();
+}
+
+void RequestRouter::reset() {
+  for (int l = 0; l < spec_.layers; ++l) {
+    caches_[l].reset(std::span<const int32_t>(calib_->expert_order[l]).first(slots_));
+    have_pregate_[l] = 0;
+  }
+  step_ = 0;
+  token_ = 0;
+}
+
+void RequestRouter::begin_token(int32_t token) {
+  ++step_;
+  token_ = token;
+}
+
+// Starts the (step, layer) step once: clears the outputs and B, and fixes the priorities.
+void RequestRouter::begin_layer_step(int layer) {
+  LayerCache& c = caches_[layer];
+  SM_ASSERT_MSG(step_ > 0, "begin_token must be called before routing a token");
+  if (c.step_started_ == step_) return;
+  c.step_started_ = step_;
+  Decision& d = decisions_[layer];
+  d.step = step_;
+  d.selected.clear();
+  d.selected_slot.clear();
+  d.weights.clear();
+  d.exact.clear();
+  d.prefetch.clear();
+  d.demand.clear();
+  d.evicted.clear();
+  d.replaced = 0;
+  d.has_weights = false;
+  have_pregate_[layer] = 0;
+  std::fill(c.protected_.begin(), c.protected_.end(), 0);
+  const int e_count = spec_.experts;
+  if (config_.evict == Evict::kA) {
+    for (int e = 0; e < e_count; ++e) c.priority_[e] = c.fast_[e] + c.slow_[e];
+    const TokenPrior& prior = calib_->prior;
+    if (!prior.empty() && token_ >= 0 && token_ < prior.vocab) {
+      const uint32_t occurrences = prior.occurrences[token_];
+      for (const PriorEntry& entry : prior.row(layer, token_)) {
+        const float p = static_cast<float>(entry.count) / static_cast<float>(occurrences);
+        c.priority_[entry.expert] = (c.fast_[entry.expert] + c.slow_[entry.expert]) + p;
+      }
+    }
+  } else {
+    for (int e = 0; e < e_count; ++e) c.priority_lru_[e] = c.last_use_[e];
+  }
+}
+
+// Lowest priority among residents not excluded; ties to the lower expert index. Returns -1 when
+// every resident is excluded.
+int RequestRouter::argmin_priority(const LayerCache& c, bool skip_selected,
+                                   bool skip_protected) const {
+  int best = -1;
+  const bool use_a = config_.evict == Evict::kA;
+  for (int s = 0; s < c.slots(); ++s) {
+    const int e = c.expert_in_slot_[s];
+    if (e < 0) continue;
+    if (skip_selected && in_selected_[e]) continue;
+    if (skip_protected && c.protected_[e]) continue;
+    if (best < 0) {
+      best = e;
+      continue;
+    }
+    const bool lower = use_a ? (c.priority_[e] < c.priority_[best] ||
+                                (c.priority_[e] == c.priority_[best] && e < best))
+                             : (c.priority_lru_[e] < c.priority_lru_[best] ||
+                                (c.priority_lru_[e] == c.priority_lru_[best] && e < best));
+    if (lower) best = e;
+  }
+  return best;
+}
+
+// Inserts `expert`, evicting `victim` (or taking the lowest free slot when victim < 0).
+int RequestRouter::insert(LayerCache& c, int expert, int victim, Decision& d) {
+  int slot;
+  if (victim >= 0) {
+    slot = c.slot_of_[victim];
+    c.slot_of_[victim] = -1;
+    d.evicted.push_back(victim);
+    --c.size_;
+  } else {
+    SM_ASSERT(c.size_ < c.slots());
+    slot = 0;
+    while (c.expert_in_slot_[slot] >= 0) ++slot;
+  }
+  c.expert_in_slot_[slot] = expert;
+  c.slot_of_[expert] = slot;
+  ++c.size_;
+  c.last_use_[expert] = step_;
+  return slot;
+}
+
+std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> pregate) {
+  SM_ASSERT(layer >= 1 && layer < spec_.layers);
+  SM_ASSERT(pregate.size() == static_cast<size_t>(spec_.experts));
+  begin_layer_step(layer);
+  LayerCache& c = caches_[layer];
+  Decision& d = decisions_[layer];
+  // g: the pre-gate ranking (ties: lower index). Kept for speculative execution.
+  std::vector<int32_t>& g = pregate_rank_[layer];
+  top_k(pregate, pregate, static_cast<int>(g.size()), g);
+  have_pregate_[layer] = 1;
+  const int budget = config_.prefetch_budget;
+  int inserted = 0;
+  for (int i = 0; i < window_; ++i) {
+    const int e = g[i];
+    if (c.resident(e)) {
+      c.protected_[e] = 1;
+      continue;
+    }
+    if (inserted >= budget) continue;
+    int victim = -1;
+    if (c.size_ == c.slots()) {
+      victim = argmin_priority(c, /*skip_selected=*/false, /*skip_protected=*/true);
+      if (victim < 0) break;  // [decided] window wider than the cache: stop part 1
+    }
+    const int slot = insert(c, e, victim, d);
+    c.protected_[e] = 1;
+    d.prefetch.push_back(Copy{e, slot});
+    ++inserted;
+  }
+  return d.prefetch;
+}
+
+float RequestRouter::layer_range(int layer, std::span<const float> z) {
+  if (config_.range == RangeMode::kFixed) return calib_->score_range[layer];
+  LayerCache& c = caches_[layer];
+  float lo = z[0], hi = z[0];
+  for (float v : z) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  c.range_sum_ += hi - lo;
+  c.range_count_ += 1;
+  return c.range_sum_ / static_cast<float>(c.range_count_);
+}
+
+const Decision& RequestRouter::select(int layer, std::span<const float> z,
+                                      std::span<const float> weight_scores,
+                                      std::span<const uint8_t> issued) {
+  SM_ASSERT(layer >= 0 && layer < spec_.layers);
+  SM_ASSERT(z.size() == static_cast<size_t>(spec_.experts));
+  begin_layer_step(layer);
+  LayerCache& c = caches_[layer];
+  Decision& d = decisions_[layer];
+  const int e_count = spec_.experts;
+  const int k = spec_.top_k;
+
+  // The router's own selection: executed by `exact`, and the statistics' indicator always.
+  model_top_k(spec_, z, z, exact_, group_score_, group_kept_, masked_);
+
+  const float range = layer_range(layer, z);
+  const bool bonus_active = config_.lambda != 0.0f && (config_.kind == PolicyKind::kCachePrior ||
+                                                       config_.kind == PolicyKind::kPsr);
+  std::span<const int32_t> chosen = exact_;
+  if (config_.kind == PolicyKind::kSpec && have_pregate_[layer]) {
+    // Speculative execution: S = g[0:K], the pre-gate's own ranking.
+    chosen = std::span<const int32_t>(pregate_rank_[layer]).first(k);
+  } else if (bonus_active) {
+    if (config_.physical && issued.size() != static_cast<size_t>(e_count)) {
+      fail("policy '" + config_.to_string() + "'", "physical mode",
+           "needs the scheduler's issued-copies mask of {} experts (use `sim`, not `replay`)",
+           e_count);
+    }
+    const float bonus = config_.lambda * range;
+    const int j = config_.protect_top_j;
+    if (j > 0) {
+      top_k(z, z, j, topj_);
+      for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 1;
+    }
+    for (int e = 0; e < e_count; ++e) {
+      const bool gets_bonus = (config_.physical ? issued[e] != 0 : c.resident(e)) || in_topj_[e];
+      biased_[e] = gets_bonus ? z[e] + bonus : z[e];
+    }
+    if (j > 0) {
+      for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 0;
+    }
+    model_top_k(spec_, biased_, z, topk_, group_score_, group_kept_, masked_);
+    chosen = topk_;
+  }
+
+  // S ascending; the selected mask drives victim choice.
+  for (int i = 0; i < k; ++i) d.selected.push_back(chosen[i]);
+  std::sort(d.selected.begin(), d.selected.end());
+  for (int i = 0; i < k; ++i) d.exact.push_back(exact_[i]);
+  std::sort(d.exact.begin(), d.exact.end());
+  for (int e : d.selected) in_selected_[e] = 1;
+
+  // Demand insertions for S \ R in increasing index order.
+  for (int e : d.selected) {
+    if (c.resident(e)) continue;
+    int victim = -1;
+    if (c.size_ == c.slots()) {
+      victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/true);
+      if (victim < 0) victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/false);
+      SM_ASSERT(victim >= 0);  // C >= K guarantees a non-selected resident exists
+    }
+    const int slot = insert(c, e, victim, d);
+    d.demand.push_back(Copy{e, slot});
+  }
+  for (int e : d.selected) {
+    d.selected_slot.push_back(c.slot_of_[e]);
+    c.last_use_[e] = step_;
+    in_selected_[e] = 0;
+  }
+
+  // Replaced experts: |S \ exact| (both ascending).
+  {
+    size_t a = 0, b = 0;
+    int common = 0;
+    while (a < d.selected.size() && b < d.exact.size()) {
+      if (d.selected[a] == d.exact[b]) {
+        ++common, ++a, ++b;
+      } else if (d.selected[a] < d.exact[b]) {
+        ++a;
+      } else {
+        ++b;
+      }
+    }
+    d.replaced = k - common;
+  }
+
+  // Execution weights from the unbonused router output at S.
+  std::span<const float> ws = weight_scores;
+  if (ws.empty() && spec_.mode == ScoreMode::kSoftmax) ws = z;
+  if (!ws.empty()) {
+    SM_ASSERT(ws.size() == static_cast<size_t>(e_count));
+    execution_weights(spec_, ws, d.selected, weights_);
+    for (int i = 0; i < k; ++i) d.weights.push_back(weights_[i]);
+    d.has_weights = true;
+  }
+
+  // Statistics: EMAs of "e in the exact top-K", updated at the end of the step.
+  if (config_.evict == Evict::kA) {
+    for (int e = 0; e < e_count; ++e) in_selected_[e] = 0;
+    for (int i = 0; i < k; ++i) in_selected_[exact_[i]] = 1;
+    for (int e = 0; e < e_count; ++e) {
+      const float indicator = in_selected_[e] ? 1.0f : 0.0f;
+      c.fast_[e] = kFastDecay * c.fast_[e] + kFastGain * indicator;
+      c.slow_[e] = kSlowDecay * c.slow_[e] + kSlowGain * indicator;
+    }
+    for (int i = 0; i < k; ++i) in_selected_[exact_[i]] = 0;
+  }
+  return d;
+}
+
+}  // namespace steermoe::policy
