@@ -1,0 +1,185 @@
+// CPU kernels for the forward pass: matrix-vector / small matrix products over F32, BF16 and F16
+// weights, RMSNorm, RoPE, attention over a KV cache, SwiGLU, softmax and vector helpers.
+//
+// Every kernel has a scalar reference and SIMD implementations (AVX2+FMA+F16C, AVX-512F,
+// AVX-512 BF16). The implementation is chosen at run time from the CPU's features, so the binary
+// runs on any x86-64. All reductions run in a FIXED order that depends only on the sizes (never on
+// pointer alignment or thread count): for a given Isa, results are bit-identical for any number
+// of threads, and a row of matmul() equals matvec() of that input row bit for bit, and
+// attention_prefill() equals attention() query by query.
+//
+// Numerics per Isa differ (different blocking, the BF16 path rounds x to bf16 as the bf16
+// reference models do); compare across Isas with tolerances, within one Isa bit for bit.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/thread_pool.hpp"
+
+namespace steermoe::kernels {
+
+// ---- Element types and instruction sets ------------------------------------------------------
+
+enum class DType : uint8_t { F32, BF16, F16 };
+
+std::string_view dtype_name(DType dtype);
+size_t dtype_size(DType dtype);  // bytes per element
+
+// bf16 / f16 <-> f32 conversions (round to nearest even; NaN stays NaN).
+float bf16_to_f32(uint16_t v);
+uint16_t f32_to_bf16(float v);
+float f16_to_f32(uint16_t v);
+uint16_t f32_to_f16(float v);
+
+// An implementation level. kAvx2 needs AVX2+FMA+F16C; kAvx512 needs AVX-512F (+FMA, F16C);
+// kAvx512Bf16 adds AVX512_BF16 and uses VDPBF16PS for BF16 weights: x is rounded to bf16 first
+// (relative error 2^-9 per element, like a bf16 reference model); F32/F16 weights and every other
+// kernel are the same as kAvx512.
+enum class Isa : uint8_t { kScalar, kAvx2, kAvx512, kAvx512Bf16 };
+
+std::string_view isa_name(Isa isa);
+bool isa_available(Isa isa);  // does this CPU have the features?
+Isa best_isa();               // highest available level (cached)
+
+// Process-wide level used by the free functions below; defaults to best_isa(). Throws Error if
+// the CPU lacks `isa`. Set it before starting work, not concurrently with kernel calls.
+void set_active_isa(Isa isa);
+Isa active_isa();
+
+// ---- Views ----------------------------------------------------------------------------------
+
+// A row-major weight matrix W[rows][cols]; row r starts at data + r * row_stride elements.
+struct Matrix {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+  size_t rows = 0;
+  size_t cols = 0;
+  size_t row_stride = 0;  // elements between row starts; 0 means cols
+
+  size_t stride() const { return row_stride == 0 ? cols : row_stride; }
+};
+
+struct MatvecParams {
+  float scale = 1.0f;       // y = scale * (W x)
+  bool accumulate = false;  // y += scale * (W x) instead of overwriting y
+};
+
+// ---- Matrix products (threaded over output rows; each row computed by one thread) ------------
+
+// y[r] = scale * sum_c W[r][c] * x[c] (+ y[r]), r in [0, w.rows). x: w.cols floats.
+void matvec(ThreadPool& pool, const Matrix& w, const float* x, float* y, MatvecParams p = {});
+
+// Y[i][r] = scale * sum_c W[r][c] * X[i][c] (+ Y[i][r]) for i in [0, n): prefill. Reads each
+// weight row from memory once for all n. X rows are x_stride floats apart (0: w.cols), Y rows
+// y_stride floats apart (0: w.rows). Row i of the result is bit-identical to matvec(X[i]).
+void matmul(ThreadPool& pool, const Matrix& w, const float* x, size_t n, float* y,
+            MatvecParams p = {}, size_t x_stride = 0, size_t y_stride = 0);
+
+// ---- Normalisation, activation, positional encoding -----------------------------------------
+
+struct RmsNormParams {
+  float eps = 1e-5f;
+  // y = x * rsqrt(mean(x^2) + eps) * (weight + weight_offset). weight may be null (treated as 1).
+  // weight_offset 1 gives the Gemma3 / Qwen3.5 style with zero-centred weights.
+  float weight_offset = 0.0f;
+};
+
+// out[i] = x[i] / sqrt(mean(x^2) + eps) * (w[i] + offset). out may alias x.
+void rmsnorm(const float* x, const float* weight, float* out, size_t n, RmsNormParams p = {});
+// The same applied to `rows` consecutive vectors of n floats each (e.g. per-head q/k norms).
+void rmsnorm_rows(const float* x, const float* weight, float* out, size_t rows, size_t n,
+                  RmsNormParams p = {});
+
+enum class RopeStyle : uint8_t {
+  kNeox,        // rotate-half: pairs (i, i + rot_dim/2)  (Llama, OLMoE, Qwen)
+  kInterleaved  // GPT-J: pairs (2i, 2i + 1)              (DeepSeek MLA rope_interleave)
+};
+
+struct RopeParams {
+  RopeStyle style = RopeStyle::kNeox;
+  size_t head_dim = 0;    // floats between consecutive heads in the buffer
+  size_t rot_offset = 0;  // first rotated element of each head (MLA: q_nope size, 128)
+  size_t rot_dim = 0;     // rotated elements (even); 0 means head_dim (full rotary)
+  float theta = 10000.0f;
+};
+
+// Rotates x[h * head_dim + rot_offset + ...] for h in [0, n_heads) in place for position `pos`.
+// Frequencies inv_freq[i] = theta^(-2i/rot_dim) (fp32, like transformers); angle = pos * inv_freq
+// in fp32; cos/sin rounded to fp32.
+void rope(float* x, size_t n_heads, size_t pos, const RopeParams& p);
+
+// out[i] = silu(gate[i]) * up[i], silu(g) = g / (1 + exp(-g)). out may alias gate or up.
+void swiglu(const float* gate, const float* up, float* out, size_t n);
+
+// In place: x = exp(x - max) / sum. Fixed-order sum.
+void softmax(float* x, size_t n);
+
+float dot(const float* a, const float* b, size_t n);
+void axpy(float a, const float* x, float* y, size_t n);         // y += a * x
+void add(const float* a, const float* b, float* out, size_t n);  // out = a + b (may alias)
+void scale(float a, float* x, size_t n);                         // x *= a
+
+// ---- Attention over an f32 KV cache ---------------------------------------------------------
+
+// Layout: q[h * q_head_stride + d]; key at position t of kv head g at
+// k[t * k_pos_stride + g * head_dim_k + d]; value likewise with v_pos_stride and head_dim_v;
+// out[h * out_head_stride + d]. Query head h reads kv head h / (n_heads / n_kv_heads) (GQA).
+struct AttentionParams {
+  size_t n_heads = 0;
+  size_t n_kv_heads = 0;  // divides n_heads
+  size_t head_dim_k = 0;  // q and k (e.g. 192 for MLA)
+  size_t head_dim_v = 0;  // v and out (e.g. 128 for MLA)
+  float scale = 1.0f;     // usually head_dim_k^-0.5
+  size_t q_head_stride = 0;    // 0: head_dim_k
+  size_t out_head_stride = 0;  // 0: head_dim_v
+  size_t k_pos_stride = 0;     // 0: n_kv_heads * head_dim_k
+  size_t v_pos_stride = 0;     // 0: n_kv_heads * head_dim_v
+};
+
+// One query attending to positions [0, n_pos) (the query's own position is n_pos - 1, so causal
+// by construction). Threaded over heads; uses per-thread scratch that grows once.
+void attention(ThreadPool& pool, const float* q, const float* k, const float* v, size_t n_pos,
+               float* out, const AttentionParams& p);
+
+// n_q queries at positions first_pos .. first_pos + n_q - 1 (causal): query i sees keys
+// [0, first_pos + i]. The cache must already hold keys/values up to first_pos + n_q - 1.
+// q rows are q_stride floats apart, out rows out_stride apart. Query i is bit-identical to
+// attention() with n_pos = first_pos + i + 1.
+void attention_prefill(ThreadPool& pool, const float* q, size_t q_stride, size_t n_q,
+                       size_t first_pos, const float* k, const float* v, float* out,
+                       size_t out_stride, const AttentionParams& p);
+
+// ---- Per-Isa tables (tests and benchmarks compare implementations through these) ------------
+
+// Single-threaded entry points of one implementation. Row ranges let a caller split work.
+struct KernelTable {
+  Isa isa;
+  // y[r - row_begin] for r in [row_begin, row_end), as matvec() (y points at row_begin's slot).
+  void (*matvec_rows)(const Matrix& w, const float* x, float* y, size_t row_begin, size_t row_end,
+                      const MatvecParams& p);
+  // Y[i][r] for r in [row_begin, row_end), i in [0, n); y points at Y[0][0].
+  void (*matmul_rows)(const Matrix& w, const float* x, size_t x_stride, size_t n, float* y,
+                      size_t y_stride, size_t row_begin, size_t row_end, const MatvecParams& p);
+  void (*rmsnorm)(const float* x, const float* weight, float* out, size_t n,
+                  const RmsNormParams& p);
+  void (*rope)(float* x, size_t n_heads, size_t pos, const RopeParams& p);
+  void (*swiglu)(const float* gate, const float* up, float* out, size_t n);
+  void (*softmax)(float* x, size_t n);
+  float (*dot)(const float* a, const float* b, size_t n);
+  void (*axpy)(float a, const float* x, float* y, size_t n);
+  void (*add)(const float* a, const float* b, float* out, size_t n);
+  void (*scale)(float a, float* x, size_t n);
+  // Attention of one query for heads [head_begin, head_end); scratch holds n_pos floats.
+  void (*attention_heads)(const float* q, const float* k, const float* v, size_t n_pos,
+                          float* out, const AttentionParams& p, size_t head_begin,
+                          size_t head_end, float* scratch);
+};
+
+// The table of `isa`; throws Error if the CPU lacks it.
+const KernelTable& kernel_table(Isa isa);
+// The table of active_isa().
+const KernelTable& active_kernels();
+
+}  // namespace steermoe::kernels
