@@ -22,7 +22,7 @@ namespace steermoe::kernels {
 
 // ---- Element types and instruction sets ------------------------------------------------------
 
-enum class DType : uint8_t { F32, BF16, F16 };
+enum class DType : uint8_t { kF32, kBF16, kF16 };
 
 std::string_view dtype_name(DType dtype);
 size_t dtype_size(DType dtype);  // bytes per element
@@ -53,7 +53,7 @@ Isa active_isa();
 // A row-major weight matrix W[rows][cols]; row r starts at data + r * row_stride elements.
 struct Matrix {
   const void* data = nullptr;
-  DType dtype = DType::F32;
+  DType dtype = DType::kF32;
   size_t rows = 0;
   size_t cols = 0;
   size_t row_stride = 0;  // elements between row starts; 0 means cols
