@@ -221,9 +221,6 @@ void validate(const PolicyConfig& config, const RouterSpec& spec, int cache_slot
   if (w < 1 || w > spec.experts) {
     fail(where, "key 'w'", "expected 1 <= w <= E = {}, got {}", spec.experts, w);
   }
-  if (config.prefetch_budget > spec.experts) {
-    fail(where, "key 'n'", "expected n <= E = {}, got {}", spec.experts, config.prefetch_budget);
-  }
   if (config.protect_top_j > spec.top_k) {
     fail(where, "key 'j'", "expected j <= K = {}, got {}", spec.top_k, config.protect_top_j);
   }

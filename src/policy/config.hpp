@@ -42,9 +42,10 @@ struct PolicyConfig {
 
   // Canonical form, accepted back by parse_policy (e.g. "psr:lambda=0.3,n=1,w=8,evict=a").
   std::string to_string() const;
-  // The window actually used for a model.
+  // The window actually used for a model (the model default is capped at E).
   int effective_window(const RouterSpec& spec) const {
-    return window > 0 ? window : spec.default_window;
+    return window > 0 ? window
+                      : (spec.default_window < spec.experts ? spec.default_window : spec.experts);
   }
 };
 
@@ -52,7 +53,8 @@ struct PolicyConfig {
 // expected values for unknown names, unknown keys, duplicates and out-of-range values.
 PolicyConfig parse_policy(std::string_view text);
 
-// Checks the policy against a model and cache size: K <= C <= E, w <= E, n <= E, j <= K.
+// Checks the policy against a model and cache size: K <= C <= E, w <= E, j <= K. (n may exceed
+// w: part 1 never inserts more than the window holds, so n = 8 means "unbounded".)
 // Throws steermoe::Error with a clear message.
 void validate(const PolicyConfig& config, const RouterSpec& spec, int cache_slots);
 
