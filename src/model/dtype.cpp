@@ -1,0 +1,274 @@
+#include "model/dtype.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/error.hpp"
+
+namespace steermoe::model {
+namespace {
+
+struct DTypeInfo {
+  DType dtype;
+  std::string_view name;
+  uint64_t block_elements;
+  uint64_t block_bytes;
+};
+
+constexpr std::array<DTypeInfo, 16> kDTypes = {{
+    {DType::kF32, "F32", 1, 4},
+    {DType::kF16, "F16", 1, 2},
+    {DType::kBF16, "BF16", 1, 2},
+    {DType::kF64, "F64", 1, 8},
+    {DType::kI8, "I8", 1, 1},
+    {DType::kI16, "I16", 1, 2},
+    {DType::kI32, "I32", 1, 4},
+    {DType::kI64, "I64", 1, 8},
+    {DType::kU8, "U8", 1, 1},
+    {DType::kU16, "U16", 1, 2},
+    {DType::kU32, "U32", 1, 4},
+    {DType::kU64, "U64", 1, 8},
+    {DType::kBool, "BOOL", 1, 1},
+    {DType::kF8E4M3, "F8_E4M3", 1, 1},
+    {DType::kF8E5M2, "F8_E5M2", 1, 1},
+    {DType::kQ8_0, "Q8_0", 32, 34},
+}};
+
+const DTypeInfo& info_of(DType dtype) {
+  const auto index = static_cast<size_t>(dtype);
+  SM_ASSERT(index < kDTypes.size() && kDTypes[index].dtype == dtype);
+  return kDTypes[index];
+}
+
+constexpr uint64_t kQ8Block = 32;
+constexpr uint64_t kQ8BlockBytes = 34;
+
+uint16_t load_u16(const std::byte* p) {
+  uint16_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+
+}  // namespace
+
+std::string_view dtype_name(DType dtype) {
+  return info_of(dtype).name;
+}
+
+std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
+  for (const auto& info : kDTypes) {
+    if (info.name == name && info.dtype != DType::kQ8_0) return info.dtype;
+  }
+  return std::nullopt;
+}
+
+uint64_t dtype_block_elements(DType dtype) {
+  return info_of(dtype).block_elements;
+}
+uint64_t dtype_block_bytes(DType dtype) {
+  return info_of(dtype).block_bytes;
+}
+
+uint64_t dtype_size(DType dtype) {
+  const auto& info = info_of(dtype);
+  SM_ASSERT_MSG(info.block_elements == 1, "dtype_size of a block-quantized type");
+  return info.block_bytes;
+}
+
+std::optional<uint64_t> dtype_byte_size(DType dtype, uint64_t elements) {
+  const auto& info = info_of(dtype);
+  if (elements % info.block_elements != 0) return std::nullopt;
+  const uint64_t blocks = elements / info.block_elements;
+  uint64_t bytes = 0;
+  if (__builtin_mul_overflow(blocks, info.block_bytes, &bytes)) return std::nullopt;
+  return bytes;
+}
+
+bool dtype_converts_to_f32(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+    case DType::kF16:
+    case DType::kBF16:
+    case DType::kF64:
+    case DType::kQ8_0:
+      return true;
+    default:
+      return false;
+  }
+}
+
+float bf16_to_f32(uint16_t bits) {
+  return std::bit_cast<float>(static_cast<uint32_t>(bits) << 16);
+}
+
+uint16_t f32_to_bf16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {
+    // NaN: keep sign and the top payload bits, force the quiet bit so it cannot become inf.
+    return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  }
+  // Round to nearest, ties to even: add 0x7fff plus the lowest kept bit, then truncate. A carry
+  // out of the mantissa correctly bumps the exponent (up to inf for the largest floats).
+  const uint32_t rounding_bias = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding_bias) >> 16);
+}
+
+float f16_to_f32(uint16_t bits) {
+  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
+  const uint32_t exponent = (bits >> 10) & 0x1fu;
+  const uint32_t mantissa = bits & 0x3ffu;
+  if (exponent == 0) {
+    // Zero or subnormal: mantissa * 2^-24 is exact in f32.
+    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
+    return sign ? -magnitude : magnitude;
+  }
+  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
+  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+}
+
+uint16_t f32_to_f16(float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  const uint32_t magnitude = bits & 0x7fffffffu;
+  if (magnitude >= 0x7f800000u) {  // inf or NaN (NaN stays quiet NaN)
+    if (magnitude == 0x7f800000u) return sign | 0x7c00u;
+    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
+  }
+  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf
+  if (magnitude < 0x38800000u) {                        // below 2^-14: f16 subnormal or zero
+    if (magnitude < 0x33000000u) return sign;           // below 2^-25: rounds to zero
+    const uint32_t exponent = magnitude >> 23;
+    const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
+    const uint32_t shift = 126u - exponent;  // 14..24: value / 2^-24 = mantissa >> shift
+    uint32_t result = mantissa >> shift;
+    const uint32_t remainder = mantissa & ((1u << shift) - 1u);
+    const uint32_t half = 1u << (shift - 1u);
+    if (remainder > half || (remainder == half && (result & 1u))) ++result;
+    return static_cast<uint16_t>(sign | result);
+  }
+  const uint32_t exponent = (magnitude >> 23) - 127u + 15u;
+  const uint32_t mantissa = magnitude & 0x7fffffu;
+  uint32_t result = (exponent << 10) | (mantissa >> 13);
+  const uint32_t remainder = mantissa & 0x1fffu;
+  if (remainder > 0x1000u || (remainder == 0x1000u && (result & 1u))) ++result;
+  return static_cast<uint16_t>(sign | result);
+}
+
+void convert_to_f32(DType dtype, std::span<const std::byte> src, std::span<float> dst,
+                    std::string_view what) {
+  const auto expected = dtype_byte_size(dtype, dst.size());
+  if (!expected || *expected != src.size()) {
+    fail(std::string(what), "convert to f32", "{} elements of {} need {} bytes, got {}", dst.size(),
+         dtype_name(dtype), expected ? fmt::to_string(*expected) : "(invalid)", src.size());
+  }
+  const std::byte* p = src.data();
+  switch (dtype) {
+    case DType::kF32:
+      if (!dst.empty()) std::memcpy(dst.data(), p, src.size());
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < dst.size(); ++i) dst[i] = f16_to_f32(load_u16(p + 2 * i));
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < dst.size(); ++i) dst[i] = bf16_to_f32(load_u16(p + 2 * i));
+      return;
+    case DType::kF64:
+      for (size_t i = 0; i < dst.size(); ++i) {
+        double v;
+        std::memcpy(&v, p + 8 * i, sizeof v);
+        dst[i] = static_cast<float>(v);
+      }
+      return;
+    case DType::kQ8_0:
+      for (size_t block = 0; block < dst.size() / kQ8Block; ++block) {
+        const std::byte* b = p + block * kQ8BlockBytes;
+        const float scale = f16_to_f32(load_u16(b));
+        for (size_t j = 0; j < kQ8Block; ++j) {
+          const auto q = static_cast<int8_t>(b[2 + j]);
+          dst[block * kQ8Block + j] = scale * static_cast<float>(q);
+        }
+      }
+      return;
+    default:
+      fail(std::string(what), "dtype",
+           "expected F32, F16, BF16, F64 or Q8_0 to convert to f32, found {}", dtype_name(dtype));
+  }
+}
+
+void convert_from_f32(DType dtype, std::span<const float> src, std::span<std::byte> dst,
+                      std::string_view what) {
+  const auto expected = dtype_byte_size(dtype, src.size());
+  if (!expected || *expected != dst.size()) {
+    fail(std::string(what), "convert from f32", "{} elements of {} need {} bytes, got {}",
+         src.size(), dtype_name(dtype), expected ? fmt::to_string(*expected) : "(invalid)",
+         dst.size());
+  }
+  std::byte* p = dst.data();
+  switch (dtype) {
+    case DType::kF32:
+      if (!src.empty()) std::memcpy(p, src.data(), dst.size());
+      return;
+    case DType::kF16:
+      for (size_t i = 0; i < src.size(); ++i) {
+        const uint16_t h = f32_to_f16(src[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+      }
+      return;
+    case DType::kBF16:
+      for (size_t i = 0; i < src.size(); ++i) {
+        const uint16_t h = f32_to_bf16(src[i]);
+        std::memcpy(p + 2 * i, &h, 2);
+      }
+      return;
+    case DType::kQ8_0:
+      // ggml's reference quantizer: scale = max|x| / 127, q = round(x / scale).
+      for (size_t block = 0; block < src.size() / kQ8Block; ++block) {
+        const float* x = src.data() + block * kQ8Block;
+        float amax = 0.0f;
+        for (size_t j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
+        const float scale = amax / 127.0f;
+        const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
+        std::byte* b = p + block * kQ8BlockBytes;
+        const uint16_t h = f32_to_f16(scale);
+        std::memcpy(b, &h, 2);
+        for (size_t j = 0; j < kQ8Block; ++j) {
+          float q = std::round(x[j] * inverse);
+          if (std::isnan(q)) q = 0.0f;  // NaN / inf inputs: keep the cast below defined
+          b[2 + j] = static_cast<std::byte>(static_cast<int8_t>(std::clamp(q, -128.0f, 127.0f)));
+        }
+      }
+      return;
+    default:
+      fail(std::string(what), "dtype",
+           "expected F32, F16, BF16 or Q8_0 to convert from f32, found {}", dtype_name(dtype));
+  }
+}
+
+uint64_t TensorView::elements() const {
+  uint64_t n = 1;
+  for (uint64_t d : shape) n *= d;  // readers already checked the product for overflow
+  return n;
+}
+
+std::string TensorView::shape_string() const {
+  return fmt::format("[{}]", fmt::join(shape, ", "));
+}
+
+std::vector<float> TensorView::to_f32() const {
+  std::vector<float> out(elements());
+  to_f32(out);
+  return out;
+}
+
+void TensorView::to_f32(std::span<float> dst) const {
+  convert_to_f32(dtype, bytes(), dst, fmt::format("tensor '{}'", name));
+}
+
+}  // namespace steermoe::model
