@@ -11,5 +11,8 @@ namespace steermoe::cli {
 void add_all_commands(CLI::App& root);
 
 // One declaration per command file (keep alphabetical).
+void add_calibrate_command(CLI::App& root);
+void add_replay_command(CLI::App& root);
+void add_trace_synth_command(CLI::App& root);
 
 }  // namespace steermoe::cli

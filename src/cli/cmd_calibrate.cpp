@@ -1,0 +1,52 @@
+// `steermoe calibrate`: warm-set order, score ranges and token prior from an exact-routing trace,
+// written as a .smcal file (format: src/trace/README.md).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "trace/calibrate.hpp"
+#include "trace/calibration_file.hpp"
+#include "trace/trace.hpp"
+
+namespace steermoe::cli {
+
+void add_calibrate_command(CLI::App& root) {
+  struct Options {
+    std::string trace_dir;
+    std::string output;
+    int cache = 0;
+    int vocab = 0;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "calibrate",
+      "Compute calibration data (warm-set order, score ranges, token prior) from a trace recorded "
+      "under exact routing on held-out text; prints a JSON summary");
+  cmd->add_option("--trace", options->trace_dir,
+                  "Trace folder (meta.json, tokens.npy, scores.npy, ...)")
+      ->required();
+  cmd->add_option("-o,--output", options->output, "Calibration file to write (.smcal)")->required();
+  cmd->add_option("--cache", options->cache,
+                  "Cache slots C: only for reporting the warm set's coverage (0 = no report)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--vocab", options->vocab,
+                  "Token-prior vocabulary size (0 = meta.json's vocab, else the largest token + 1)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->final_callback([options] {
+    const trace::Trace input = trace::Trace::open(options->trace_dir);
+    if (input.meta().policy)
+      std::fprintf(
+          stderr,
+          "steermoe calibrate: warning: %s was recorded under policy \"%s\", not exact routing\n",
+          options->trace_dir.c_str(), input.meta().policy->c_str());
+    const policy::Calibration calibration = trace::calibrate_trace(input, options->vocab);
+    trace::write_calibration(options->output, calibration);
+    nlohmann::json report = trace::calibration_report(calibration, options->cache);
+    report["trace"] = options->trace_dir;
+    report["output"] = options->output;
+    std::printf("%s\n", report.dump(2).c_str());
+  });
+}
+
+}  // namespace steermoe::cli

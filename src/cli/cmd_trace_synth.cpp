@@ -1,0 +1,61 @@
+// `steermoe trace-synth`: synthetic router traces at real model shapes (generative model:
+// src/trace/README.md).
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "trace/synth.hpp"
+
+namespace steermoe::cli {
+
+void add_trace_synth_command(CLI::App& root) {
+  struct Options {
+    trace::SynthParams params;
+    std::string output;
+  };
+  auto options = std::make_shared<Options>();
+  trace::SynthParams& p = options->params;
+  CLI::App* cmd = root.add_subcommand(
+      "trace-synth",
+      "Write a synthetic router trace at a real model's shape, with controllable temporal "
+      "locality, cross-layer predictability and token dependence (deterministic for a seed)");
+  cmd->add_option("--shape", p.shape,
+                  "Model shape: olmoe (16x64, top-8, softmax), moonlight "
+                  "(26x64, top-6, sigmoid + bias), qwen36 (40x256, top-8, softmax)")
+      ->check(CLI::IsMember({"olmoe", "moonlight", "qwen36"}));
+  cmd->add_option("--tokens", p.tokens, "Total steps T")->check(CLI::PositiveNumber);
+  cmd->add_option("--sequences", p.sequences, "Sequences (requests); T is split evenly")
+      ->check(CLI::PositiveNumber);
+  cmd->add_option(
+      "--locality", p.locality,
+      "Temporal locality X in [0,1): AR(1) coefficient of each expert's logit over tokens");
+  cmd->add_option(
+      "--predictability", p.predictability,
+      "Cross-layer predictability Y in [0,1]: correlation of pre-gate row l with scores row l");
+  cmd->add_option("--token-dependence", p.token_dependence,
+                  "Token dependence Z >= 0: scale of each token's fixed expert preference");
+  cmd->add_option("--popularity", p.popularity,
+                  "Scale of the fixed per-(layer, expert) popularity");
+  cmd->add_option("--zipf", p.zipf, "Exponent of the Zipf law the token ids are drawn from");
+  cmd->add_option("--vocab", p.vocab, "Vocabulary size (0 = the real model's)");
+  cmd->add_option("--seed", p.seed, "Seed of the text (token draws, dynamics, pre-gate noise)");
+  cmd->add_option(
+      "--model-seed", p.model_seed,
+      "Seed of the synthetic model (popularity, token preferences, correction bias); keep it "
+      "fixed to make a held-out trace of the same model");
+  cmd->add_option("-o,--output", options->output, "Trace folder to write")->required();
+  cmd->final_callback([options] {
+    trace::synthesize_trace(options->params, options->output);
+    const trace::TraceMeta meta = trace::synth_shape_meta(options->params.shape);
+    std::printf(
+        "{\"trace\": \"%s\", \"shape\": \"%s\", \"tokens\": %lld, \"sequences\": %lld, \"layers\": "
+        "%d, "
+        "\"experts\": %d, \"top_k\": %d}\n",
+        options->output.c_str(), options->params.shape.c_str(),
+        static_cast<long long>(options->params.tokens),
+        static_cast<long long>(options->params.sequences), meta.layers, meta.experts, meta.top_k);
+  });
+}
+
+}  // namespace steermoe::cli
