@@ -1,0 +1,502 @@
+#include "engine/engine.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.hpp"
+
+namespace steermoe::engine {
+
+using kernels::Matrix;
+using model::Family;
+using model::QkNorm;
+
+void RoutingRecord::clear() {
+  tokens.clear();
+  scores.clear();
+  pregate.clear();
+  weight_scores.clear();
+  selected.clear();
+  weights.clear();
+  sequence_starts.clear();
+}
+
+// Every activation buffer, sized once for max_batch tokens so that decode() never allocates.
+struct Engine::Scratch {
+  std::vector<float> x;             // [B][H] residual stream
+  std::vector<float> a;             // [B][H] normalised input of a block
+  std::vector<float> q;             // [B][heads * q_head_dim]
+  std::vector<float> k;             // [B][kv_heads * q_head_dim] (GQA) / [B][kv_lora] (MLA latent)
+  std::vector<float> v;             // [B][kv_heads * v_dim] (GQA)
+  std::vector<float> qa;            // [B][q_lora] (MLA)
+  std::vector<float> ckv;           // [B][kv_lora + rope] (MLA)
+  std::vector<float> kvb;           // [B][heads * (nope + v)] (MLA)
+  std::vector<float> attn;          // [B][heads * v_dim]
+  std::vector<float> o;             // [B][H] block output
+  std::vector<float> logits_r;      // [B][E] router logits
+  std::vector<float> z;             // [B][E] selection scores
+  std::vector<float> ws;            // [B][E] weight scores (sigmoid routers)
+  std::vector<float> pre_cur;       // [B][E] pre-gate scores for the current MoE layer
+  std::vector<float> pre_next;      // [B][E] pre-gate scores for the next MoE layer
+  std::vector<float> pre_ws;        // [E] unused weight scores of the pre-gate
+  std::vector<int32_t> sel;         // [B][K]
+  std::vector<float> selw;          // [B][K]
+  std::vector<int32_t> exp_count;   // [E]
+  std::vector<int32_t> exp_tokens;  // [E][B]
+  std::vector<float> exp_weights;   // [E][B]
+  std::vector<float> gathered;      // [B][H]
+  std::vector<float> gate;          // [B][ffn_max]
+  std::vector<float> up;            // [B][ffn_max]
+  std::vector<float> ffn_out;       // [B][H]
+  std::vector<float> shared;        // [B][H]
+  std::vector<float> logits;        // [vocab] last-token logits
+};
+
+namespace {
+
+// The model's own scores from router logits: z (what it ranks by) and, for sigmoid routers, the
+// unbiased scores its execution weights come from.
+void router_scores(const model::ModelConfig& c, const std::vector<float>& bias, const float* logits,
+                   float* z, float* ws) {
+  const auto e_count = static_cast<size_t>(c.experts);
+  if (c.router == model::RouterScore::kSoftmax) {
+    std::memcpy(z, logits, e_count * sizeof(float));
+    std::memcpy(ws, logits, e_count * sizeof(float));
+    return;
+  }
+  for (size_t e = 0; e < e_count; ++e) {
+    const float s = 1.0f / (1.0f + std::exp(-logits[e]));
+    ws[e] = s;
+    z[e] = bias.empty() ? s : s + bias[e];
+  }
+}
+
+void product(kernels::ThreadPool& pool, const Matrix& w, const float* x, int n, float* y) {
+  if (n == 1) {
+    kernels::matvec(pool, w, x, y);
+  } else {
+    kernels::matmul(pool, w, x, static_cast<size_t>(n), y);
+  }
+}
+
+}  // namespace
+
+Engine::Engine(const model::Model& model, const EngineParams& params)
+    : model_(model),
+      cfg_(model.config()),
+      params_(params),
+      pool_(static_cast<size_t>(std::max(1, params.threads))) {
+  if (params.threads < 1 || params.threads > 1024) {
+    fail("engine", "threads", "expected 1..1024, found {}", params.threads);
+  }
+  if (params.max_batch < 1 || params.max_batch > 4096) {
+    fail("engine", "max_batch", "expected 1..4096, found {}", params.max_batch);
+  }
+  context_ = params.context > 0 ? params.context : std::min(cfg_.max_positions, 4096);
+  if (context_ < 1 || context_ > (1 << 22)) {
+    fail("engine", "context", "expected 1..4194304 positions, found {}", context_);
+  }
+  routing_ =
+      std::make_unique<LayerRouting>(cfg_, params.policy, params.cache_slots, params.calibration);
+  const size_t qk = static_cast<size_t>(cfg_.q_head_dim());
+  const size_t vd = static_cast<size_t>(cfg_.v_dim());
+  kv_ = KvCache(cfg_.layers, context_, static_cast<size_t>(cfg_.kv_heads) * qk,
+                static_cast<size_t>(cfg_.kv_heads) * vd);
+  moe_index_ = cfg_.moe_index();
+  next_moe_layer_.assign(static_cast<size_t>(cfg_.layers), -1);
+  for (int l = cfg_.layers - 2; l >= 0; --l) {
+    const int nxt = l + 1;
+    next_moe_layer_[static_cast<size_t>(l)] =
+        cfg_.moe_layer[static_cast<size_t>(nxt)] ? nxt : next_moe_layer_[static_cast<size_t>(nxt)];
+  }
+
+  const auto B = static_cast<size_t>(params.max_batch);
+  const auto H = static_cast<size_t>(cfg_.hidden);
+  const auto E = static_cast<size_t>(cfg_.experts);
+  const auto K = static_cast<size_t>(cfg_.top_k);
+  const auto heads = static_cast<size_t>(cfg_.heads);
+  const size_t ffn_max =
+      static_cast<size_t>(std::max({cfg_.expert_ffn, cfg_.shared_ffn, cfg_.dense_ffn}));
+  s_ = std::make_unique<Scratch>();
+  Scratch& s = *s_;
+  s.x.resize(B * H);
+  s.a.resize(B * H);
+  s.q.resize(B * heads * qk);
+  if (cfg_.family == Family::kDeepseekV3) {
+    const auto lora = static_cast<size_t>(cfg_.mla.kv_lora_rank);
+    const auto rope = static_cast<size_t>(cfg_.mla.qk_rope_head_dim);
+    const auto nope = static_cast<size_t>(cfg_.mla.qk_nope_head_dim);
+    s.qa.resize(B * static_cast<size_t>(std::max(cfg_.mla.q_lora_rank, 1)));
+    s.ckv.resize(B * (lora + rope));
+    s.k.resize(B * lora);
+    s.kvb.resize(B * heads * (nope + vd));
+  } else {
+    s.k.resize(B * static_cast<size_t>(cfg_.kv_heads) * qk);
+    s.v.resize(B * static_cast<size_t>(cfg_.kv_heads) * vd);
+  }
+  s.attn.resize(B * heads * vd);
+  s.o.resize(B * H);
+  s.logits_r.resize(B * E);
+  s.z.resize(B * E);
+  s.ws.resize(B * E);
+  s.pre_cur.resize(B * E);
+  s.pre_next.resize(B * E);
+  s.pre_ws.resize(E);
+  s.sel.resize(B * K);
+  s.selw.resize(B * K);
+  s.exp_count.resize(E);
+  s.exp_tokens.resize(E * B);
+  s.exp_weights.resize(E * B);
+  s.gathered.resize(B * H);
+  s.gate.resize(B * ffn_max);
+  s.up.resize(B * ffn_max);
+  s.ffn_out.resize(B * H);
+  s.shared.resize(B * H);
+  s.logits.resize(static_cast<size_t>(cfg_.vocab));
+  want_pregate_ = routing_->prefetches();
+}
+
+Engine::~Engine() = default;
+
+void Engine::reset() {
+  pos_ = 0;
+  routing_->reset();
+}
+
+void Engine::set_recorder(RoutingRecord* record) {
+  record_ = record;
+  want_pregate_ = routing_->prefetches() || record != nullptr;
+  if (record_ != nullptr) {
+    record_->moe_layers = cfg_.moe_layer_count();
+    record_->experts = cfg_.experts;
+    record_->top_k = cfg_.top_k;
+    record_->sigmoid = cfg_.router == model::RouterScore::kSigmoid;
+  }
+}
+
+void Engine::check_token(int32_t token) const {
+  if (token < 0 || token >= cfg_.vocab) {
+    fail("engine", "token", "expected a token id in [0, {}), found {}", cfg_.vocab, token);
+  }
+}
+
+std::span<const float> Engine::decode(int32_t token) {
+  forward(std::span<const int32_t>(&token, 1), {});
+  return s_->logits;
+}
+
+std::span<const float> Engine::prefill(std::span<const int32_t> tokens,
+                                       std::span<float> all_logits) {
+  const auto V = static_cast<size_t>(cfg_.vocab);
+  if (!all_logits.empty() && all_logits.size() != tokens.size() * V) {
+    fail("engine", "prefill", "logits buffer of {} floats, expected {}", all_logits.size(),
+         tokens.size() * V);
+  }
+  const auto B = static_cast<size_t>(params_.max_batch);
+  for (size_t begin = 0; begin < tokens.size(); begin += B) {
+    const size_t n = std::min(B, tokens.size() - begin);
+    forward(tokens.subspan(begin, n),
+            all_logits.empty() ? std::span<float>() : all_logits.subspan(begin * V, n * V));
+  }
+  return s_->logits;
+}
+
+void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logits) {
+  const int n = static_cast<int>(tokens.size());
+  SM_ASSERT(n >= 1 && n <= params_.max_batch);
+  for (int32_t t : tokens) check_token(t);
+  cur_tokens_ = tokens;
+  if (pos_ + n > context_) {
+    fail("engine", "context", "{} positions used + {} new tokens exceed the context of {} (-c)",
+         pos_, n, context_);
+  }
+  Scratch& s = *s_;
+  const auto H = static_cast<size_t>(cfg_.hidden);
+  const auto V = static_cast<size_t>(cfg_.vocab);
+  if (record_ != nullptr) {
+    if (pos_ == 0) record_->sequence_starts.push_back(static_cast<int64_t>(record_->steps()));
+    record_base_ = record_->steps();
+    const size_t steps = record_base_ + static_cast<size_t>(n);
+    const size_t le = static_cast<size_t>(record_->moe_layers) * static_cast<size_t>(cfg_.experts);
+    const size_t lk = static_cast<size_t>(record_->moe_layers) * static_cast<size_t>(cfg_.top_k);
+    record_->tokens.insert(record_->tokens.end(), tokens.begin(), tokens.end());
+    record_->scores.resize(steps * le);
+    record_->pregate.resize(steps * le, 0.0f);
+    if (record_->sigmoid) record_->weight_scores.resize(steps * le);
+    record_->selected.resize(steps * lk);
+    record_->weights.resize(steps * lk);
+  }
+  for (int t = 0; t < n; ++t)
+    model_.embed(tokens[static_cast<size_t>(t)], &s.x[static_cast<size_t>(t) * H]);
+  std::fill(s.pre_cur.begin(), s.pre_cur.end(), 0.0f);
+
+  for (int l = 0; l < cfg_.layers; ++l) {
+    const model::LayerWeights& w = model_.layer(l);
+    for (int t = 0; t < n; ++t) {
+      const size_t off = static_cast<size_t>(t) * H;
+      kernels::rmsnorm(&s.x[off], w.attn_norm.data(), &s.a[off], H, {.eps = cfg_.rms_eps});
+    }
+    if (cfg_.family == Family::kDeepseekV3) {
+      attention_mla(l, n);
+    } else {
+      attention_gqa(l, n);
+    }
+    kernels::add(s.x.data(), s.o.data(), s.x.data(), static_cast<size_t>(n) * H);
+    for (int t = 0; t < n; ++t) {
+      const size_t off = static_cast<size_t>(t) * H;
+      kernels::rmsnorm(&s.x[off], w.ffn_norm.data(), &s.a[off], H, {.eps = cfg_.rms_eps});
+    }
+    if (w.moe) {
+      moe(l, n);
+    } else {
+      dense_ffn(l, n);
+    }
+    kernels::add(s.x.data(), s.o.data(), s.x.data(), static_cast<size_t>(n) * H);
+  }
+
+  // Final norm (in place: the residual stream is not needed any more) and the output head.
+  for (int t = 0; t < n; ++t) {
+    const size_t off = static_cast<size_t>(t) * H;
+    kernels::rmsnorm(&s.x[off], model_.final_norm().data(), &s.x[off], H, {.eps = cfg_.rms_eps});
+  }
+  if (!all_logits.empty()) {
+    product(pool_, model_.lm_head(), s.x.data(), n, all_logits.data());
+    std::memcpy(s.logits.data(), all_logits.data() + static_cast<size_t>(n - 1) * V,
+                V * sizeof(float));
+  } else {
+    kernels::matvec(pool_, model_.lm_head(), &s.x[static_cast<size_t>(n - 1) * H], s.logits.data());
+  }
+  pos_ += n;
+}
+
+void Engine::attention_gqa(int l, int n) {
+  Scratch& s = *s_;
+  const model::LayerWeights& w = model_.layer(l);
+  const auto hd = static_cast<size_t>(cfg_.head_dim);
+  const auto heads = static_cast<size_t>(cfg_.heads);
+  const auto kvh = static_cast<size_t>(cfg_.kv_heads);
+  const size_t qw = heads * hd, kw = kvh * hd;
+  product(pool_, w.wq, s.a.data(), n, s.q.data());
+  product(pool_, w.wk, s.a.data(), n, s.k.data());
+  product(pool_, w.wv, s.a.data(), n, s.v.data());
+  const kernels::RmsNormParams norm{.eps = cfg_.rms_eps};
+  const kernels::RopeParams rope{.style = kernels::RopeStyle::kNeox,
+                                 .head_dim = hd,
+                                 .rot_offset = 0,
+                                 .rot_dim = hd,
+                                 .theta = cfg_.rope_theta};
+  for (int t = 0; t < n; ++t) {
+    float* q = &s.q[static_cast<size_t>(t) * qw];
+    float* k = &s.k[static_cast<size_t>(t) * kw];
+    if (cfg_.qk_norm == QkNorm::kWholeProjection) {
+      kernels::rmsnorm(q, w.q_norm.data(), q, qw, norm);
+      kernels::rmsnorm(k, w.k_norm.data(), k, kw, norm);
+    } else if (cfg_.qk_norm == QkNorm::kPerHead) {
+      kernels::rmsnorm_rows(q, w.q_norm.data(), q, heads, hd, norm);
+      kernels::rmsnorm_rows(k, w.k_norm.data(), k, kvh, hd, norm);
+    }
+    const auto pos = static_cast<size_t>(pos_ + t);
+    kernels::rope(q, heads, pos, rope);
+    kernels::rope(k, kvh, pos, rope);
+    std::memcpy(kv_.k(l, pos_ + t), k, kw * sizeof(float));
+    std::memcpy(kv_.v(l, pos_ + t), &s.v[static_cast<size_t>(t) * kw], kw * sizeof(float));
+  }
+  const kernels::AttentionParams ap{.n_heads = heads,
+                                    .n_kv_heads = kvh,
+                                    .head_dim_k = hd,
+                                    .head_dim_v = hd,
+                                    .scale = cfg_.attention_scale()};
+  if (n == 1) {
+    kernels::attention(pool_, s.q.data(), kv_.k(l, 0), kv_.v(l, 0), static_cast<size_t>(pos_ + 1),
+                       s.attn.data(), ap);
+  } else {
+    kernels::attention_prefill(pool_, s.q.data(), qw, static_cast<size_t>(n),
+                               static_cast<size_t>(pos_), kv_.k(l, 0), kv_.v(l, 0), s.attn.data(),
+                               qw, ap);
+  }
+  product(pool_, w.wo, s.attn.data(), n, s.o.data());
+}
+
+void Engine::attention_mla(int l, int n) {
+  Scratch& s = *s_;
+  const model::LayerWeights& w = model_.layer(l);
+  const model::MlaConfig& m = cfg_.mla;
+  const auto heads = static_cast<size_t>(cfg_.heads);
+  const auto nope = static_cast<size_t>(m.qk_nope_head_dim);
+  const auto rope_dim = static_cast<size_t>(m.qk_rope_head_dim);
+  const auto vd = static_cast<size_t>(m.v_head_dim);
+  const auto lora = static_cast<size_t>(m.kv_lora_rank);
+  const size_t qk = nope + rope_dim;
+  const kernels::RmsNormParams lora_norm{.eps = m.lora_norm_eps};
+  if (m.q_lora_rank > 0) {
+    const auto ql = static_cast<size_t>(m.q_lora_rank);
+    product(pool_, w.q_a, s.a.data(), n, s.qa.data());
+    for (int t = 0; t < n; ++t) {
+      float* qa = &s.qa[static_cast<size_t>(t) * ql];
+      kernels::rmsnorm(qa, w.q_a_norm.data(), qa, ql, lora_norm);
+    }
+    product(pool_, w.q_b, s.qa.data(), n, s.q.data());
+  } else {
+    product(pool_, w.q_b, s.a.data(), n, s.q.data());
+  }
+  // c = [latent (kv_lora) | shared rotary key (rope)]; the latent is normalised, then
+  // decompressed per head into [k_nope | v].
+  product(pool_, w.kv_a, s.a.data(), n, s.ckv.data());
+  for (int t = 0; t < n; ++t) {
+    kernels::rmsnorm(&s.ckv[static_cast<size_t>(t) * (lora + rope_dim)], w.kv_a_norm.data(),
+                     &s.k[static_cast<size_t>(t) * lora], lora, lora_norm);
+  }
+  product(pool_, w.kv_b, s.k.data(), n, s.kvb.data());
+  const kernels::RopeStyle style = cfg_.rope == model::RopeKind::kInterleaved
+                                       ? kernels::RopeStyle::kInterleaved
+                                       : kernels::RopeStyle::kNeox;
+  const kernels::RopeParams q_rope{.style = style,
+                                   .head_dim = qk,
+                                   .rot_offset = nope,
+                                   .rot_dim = rope_dim,
+                                   .theta = cfg_.rope_theta};
+  const kernels::RopeParams k_rope{.style = style,
+                                   .head_dim = rope_dim,
+                                   .rot_offset = 0,
+                                   .rot_dim = rope_dim,
+                                   .theta = cfg_.rope_theta};
+  for (int t = 0; t < n; ++t) {
+    const auto pos = static_cast<size_t>(pos_ + t);
+    kernels::rope(&s.q[static_cast<size_t>(t) * heads * qk], heads, pos, q_rope);
+    float* k_rot = &s.ckv[static_cast<size_t>(t) * (lora + rope_dim) + lora];
+    kernels::rope(k_rot, 1, pos, k_rope);
+    float* kc = kv_.k(l, pos_ + t);
+    float* vc = kv_.v(l, pos_ + t);
+    const float* kvb = &s.kvb[static_cast<size_t>(t) * heads * (nope + vd)];
+    for (size_t h = 0; h < heads; ++h) {
+      std::memcpy(kc + h * qk, kvb + h * (nope + vd), nope * sizeof(float));
+      std::memcpy(kc + h * qk + nope, k_rot, rope_dim * sizeof(float));
+      std::memcpy(vc + h * vd, kvb + h * (nope + vd) + nope, vd * sizeof(float));
+    }
+  }
+  const kernels::AttentionParams ap{.n_heads = heads,
+                                    .n_kv_heads = heads,
+                                    .head_dim_k = qk,
+                                    .head_dim_v = vd,
+                                    .scale = cfg_.attention_scale()};
+  if (n == 1) {
+    kernels::attention(pool_, s.q.data(), kv_.k(l, 0), kv_.v(l, 0), static_cast<size_t>(pos_ + 1),
+                       s.attn.data(), ap);
+  } else {
+    kernels::attention_prefill(pool_, s.q.data(), heads * qk, static_cast<size_t>(n),
+                               static_cast<size_t>(pos_), kv_.k(l, 0), kv_.v(l, 0), s.attn.data(),
+                               heads * vd, ap);
+  }
+  product(pool_, w.wo, s.attn.data(), n, s.o.data());
+}
+
+void Engine::swiglu_block(const model::SwigluWeights& w, int ffn, const float* in, int n,
+                          float* out) {
+  Scratch& s = *s_;
+  product(pool_, w.gate, in, n, s.gate.data());
+  product(pool_, w.up, in, n, s.up.data());
+  kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(),
+                  static_cast<size_t>(n) * static_cast<size_t>(ffn));
+  product(pool_, w.down, s.gate.data(), n, out);
+}
+
+void Engine::dense_ffn(int l, int n) {
+  swiglu_block(model_.layer(l).dense, cfg_.dense_ffn, s_->a.data(), n, s_->o.data());
+}
+
+// Router scores of MoE layer l for the n tokens, the pre-gate scores of the next MoE layer, and
+// the policy's decisions (layer-major: token order within the layer).
+void Engine::route(int l, int m, int n) {
+  Scratch& s = *s_;
+  const model::LayerWeights& w = model_.layer(l);
+  const auto E = static_cast<size_t>(cfg_.experts);
+  const auto K = static_cast<size_t>(cfg_.top_k);
+  product(pool_, w.router, s.a.data(), n, s.logits_r.data());
+  for (int t = 0; t < n; ++t) {
+    const size_t off = static_cast<size_t>(t) * E;
+    router_scores(cfg_, w.router_bias, &s.logits_r[off], &s.z[off], &s.ws[off]);
+  }
+  const int next = next_moe_layer_[static_cast<size_t>(l)];
+  if (want_pregate_ && next >= 0) {
+    const model::LayerWeights& wn = model_.layer(next);
+    product(pool_, wn.router, s.a.data(), n, s.logits_r.data());
+    for (int t = 0; t < n; ++t) {
+      const size_t off = static_cast<size_t>(t) * E;
+      router_scores(cfg_, wn.router_bias, &s.logits_r[off], &s.pre_next[off], s.pre_ws.data());
+    }
+  }
+  const bool prefetch = routing_->prefetches() && m >= 1;
+  const auto L = static_cast<size_t>(cfg_.moe_layer_count());
+  for (int t = 0; t < n; ++t) {
+    const size_t off = static_cast<size_t>(t) * E;
+    routing_->begin_token(m, cur_tokens_[static_cast<size_t>(t)]);
+    if (prefetch) routing_->prefetch(m, std::span<const float>(&s.pre_cur[off], E));
+    const policy::Decision& d = routing_->select(m, std::span<const float>(&s.z[off], E),
+                                                 std::span<const float>(&s.ws[off], E));
+    SM_ASSERT(d.selected.size() == K && d.weights.size() == K);
+    std::copy(d.selected.begin(), d.selected.end(), &s.sel[static_cast<size_t>(t) * K]);
+    std::copy(d.weights.begin(), d.weights.end(), &s.selw[static_cast<size_t>(t) * K]);
+    if (record_ != nullptr) {
+      const size_t step = record_base_ + static_cast<size_t>(t);
+      const size_t row = (step * L + static_cast<size_t>(m));
+      std::copy_n(&s.z[off], E, &record_->scores[row * E]);
+      std::copy_n(&s.pre_cur[off], E, &record_->pregate[row * E]);
+      if (record_->sigmoid) std::copy_n(&s.ws[off], E, &record_->weight_scores[row * E]);
+      std::copy(d.selected.begin(), d.selected.end(), &record_->selected[row * K]);
+      std::copy(d.weights.begin(), d.weights.end(), &record_->weights[row * K]);
+    }
+  }
+  std::swap(s.pre_cur, s.pre_next);
+}
+
+void Engine::moe(int l, int n) {
+  Scratch& s = *s_;
+  const model::LayerWeights& w = model_.layer(l);
+  const auto H = static_cast<size_t>(cfg_.hidden);
+  const auto E = static_cast<size_t>(cfg_.experts);
+  const auto K = static_cast<size_t>(cfg_.top_k);
+  const auto B = static_cast<size_t>(params_.max_batch);
+  route(l, moe_index_[static_cast<size_t>(l)], n);
+
+  std::fill_n(s.o.begin(), static_cast<size_t>(n) * H, 0.0f);
+  if (n == 1) {
+    // Selected experts are ascending: the same accumulation order as the batched path.
+    for (size_t i = 0; i < K; ++i) {
+      swiglu_block(w.experts[static_cast<size_t>(s.sel[i])], cfg_.expert_ffn, s.a.data(), 1,
+                   s.ffn_out.data());
+      kernels::axpy(s.selw[i], s.ffn_out.data(), s.o.data(), H);
+    }
+  } else {
+    // Group tokens by expert, run each expert once over its tokens, scatter in expert order.
+    std::fill(s.exp_count.begin(), s.exp_count.end(), 0);
+    for (int t = 0; t < n; ++t) {
+      for (size_t i = 0; i < K; ++i) {
+        const auto e = static_cast<size_t>(s.sel[static_cast<size_t>(t) * K + i]);
+        const auto c = static_cast<size_t>(s.exp_count[e]++);
+        s.exp_tokens[e * B + c] = t;
+        s.exp_weights[e * B + c] = s.selw[static_cast<size_t>(t) * K + i];
+      }
+    }
+    for (size_t e = 0; e < E; ++e) {
+      const int count = s.exp_count[e];
+      if (count == 0) continue;
+      for (int c = 0; c < count; ++c) {
+        const auto t = static_cast<size_t>(s.exp_tokens[e * B + static_cast<size_t>(c)]);
+        std::memcpy(&s.gathered[static_cast<size_t>(c) * H], &s.a[t * H], H * sizeof(float));
+      }
+      swiglu_block(w.experts[e], cfg_.expert_ffn, s.gathered.data(), count, s.ffn_out.data());
+      for (int c = 0; c < count; ++c) {
+        const auto t = static_cast<size_t>(s.exp_tokens[e * B + static_cast<size_t>(c)]);
+        kernels::axpy(s.exp_weights[e * B + static_cast<size_t>(c)],
+                      &s.ffn_out[static_cast<size_t>(c) * H], &s.o[t * H], H);
+      }
+    }
+  }
+  if (w.shared.present()) {
+    swiglu_block(w.shared, cfg_.shared_ffn, s.a.data(), n, s.shared.data());
+    kernels::add(s.o.data(), s.shared.data(), s.o.data(), static_cast<size_t>(n) * H);
+  }
+}
+
+}  // namespace steermoe::engine

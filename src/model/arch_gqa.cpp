@@ -1,0 +1,24 @@
+// Attention weights of the grouped-query families: OLMoE (q/k RMSNorm over the whole
+// projection) and Qwen3-MoE (per-head q/k RMSNorm). Names of both file formats.
+#include "model/weights_binder.hpp"
+
+namespace steermoe::model {
+
+void bind_gqa_attention(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
+  const auto H = static_cast<uint64_t>(c.hidden);
+  const auto q_rows = static_cast<uint64_t>(c.heads) * static_cast<uint64_t>(c.head_dim);
+  const auto kv_rows = static_cast<uint64_t>(c.kv_heads) * static_cast<uint64_t>(c.head_dim);
+  w.wq = b.matrix(b.layer_name(l, "attn_q", "self_attn.q_proj"), q_rows, H);
+  w.wk = b.matrix(b.layer_name(l, "attn_k", "self_attn.k_proj"), kv_rows, H);
+  w.wv = b.matrix(b.layer_name(l, "attn_v", "self_attn.v_proj"), kv_rows, H);
+  w.wo = b.matrix(b.layer_name(l, "attn_output", "self_attn.o_proj"), H, q_rows);
+  const bool whole = c.qk_norm == QkNorm::kWholeProjection;
+  if (c.qk_norm != QkNorm::kNone) {
+    w.q_norm = b.vector(b.layer_name(l, "attn_q_norm", "self_attn.q_norm"),
+                        whole ? q_rows : static_cast<uint64_t>(c.head_dim));
+    w.k_norm = b.vector(b.layer_name(l, "attn_k_norm", "self_attn.k_norm"),
+                        whole ? kv_rows : static_cast<uint64_t>(c.head_dim));
+  }
+}
+
+}  // namespace steermoe::model

@@ -1,0 +1,245 @@
+#include "model/config.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "common/error.hpp"
+#include "model/gguf.hpp"
+
+namespace steermoe::model {
+
+std::string_view family_name(Family family) {
+  switch (family) {
+    case Family::kOlmoe:
+      return "olmoe";
+    case Family::kQwen3Moe:
+      return "qwen3moe";
+    case Family::kDeepseekV3:
+      return "deepseek";
+  }
+  return "?";
+}
+
+int ModelConfig::moe_layer_count() const {
+  int n = 0;
+  for (uint8_t m : moe_layer) n += m != 0;
+  return n;
+}
+
+std::vector<int> ModelConfig::moe_index() const {
+  std::vector<int> index(moe_layer.size(), -1);
+  int next = 0;
+  for (size_t l = 0; l < moe_layer.size(); ++l) {
+    if (moe_layer[l]) index[l] = next++;
+  }
+  return index;
+}
+
+int ModelConfig::q_head_dim() const {
+  return family == Family::kDeepseekV3 ? mla.qk_nope_head_dim + mla.qk_rope_head_dim : head_dim;
+}
+
+int ModelConfig::v_dim() const {
+  return family == Family::kDeepseekV3 ? mla.v_head_dim : head_dim;
+}
+
+float ModelConfig::attention_scale() const {
+  return 1.0f / std::sqrt(static_cast<float>(q_head_dim()));
+}
+
+namespace {
+
+void check_range(const std::string& where, const char* field, int64_t value, int64_t lo,
+                 int64_t hi) {
+  if (value < lo || value > hi) {
+    fail(where, field, "expected an integer in [{}, {}], found {}", lo, hi, value);
+  }
+}
+
+}  // namespace
+
+void ModelConfig::validate() const {
+  const std::string& w = source;
+  using L = ConfigLimits;
+  check_range(w, "vocab_size", vocab, 1, L::kMaxVocab);
+  check_range(w, "hidden_size", hidden, 1, L::kMaxHidden);
+  check_range(w, "num_hidden_layers", layers, 1, L::kMaxLayers);
+  check_range(w, "num_attention_heads", heads, 1, L::kMaxHeads);
+  check_range(w, "num_key_value_heads", kv_heads, 1, heads);
+  if (heads % kv_heads != 0) {
+    fail(w, "num_key_value_heads", "expected a divisor of num_attention_heads ({}), found {}",
+         heads, kv_heads);
+  }
+  check_range(w, "max_position_embeddings", max_positions, 1, int64_t{1} << 24);
+  if (!(rms_eps > 0.0f && rms_eps < 1.0f)) {
+    fail(w, "rms_norm_eps", "expected a value in (0, 1), found {}", rms_eps);
+  }
+  if (!(rope_theta > 0.0f && std::isfinite(rope_theta))) {
+    fail(w, "rope_theta", "expected a positive finite value, found {}", rope_theta);
+  }
+  if (family == Family::kDeepseekV3) {
+    check_range(w, "q_lora_rank", mla.q_lora_rank, 0, L::kMaxLoraRank);
+    check_range(w, "kv_lora_rank", mla.kv_lora_rank, 1, L::kMaxLoraRank);
+    check_range(w, "qk_nope_head_dim", mla.qk_nope_head_dim, 1, L::kMaxHeadDim);
+    check_range(w, "qk_rope_head_dim", mla.qk_rope_head_dim, 2, L::kMaxHeadDim);
+    check_range(w, "v_head_dim", mla.v_head_dim, 1, L::kMaxHeadDim);
+    if (mla.qk_rope_head_dim % 2 != 0) {
+      fail(w, "qk_rope_head_dim", "expected an even number, found {}", mla.qk_rope_head_dim);
+    }
+  } else {
+    check_range(w, "head_dim", head_dim, 2, L::kMaxHeadDim);
+    if (head_dim % 2 != 0) fail(w, "head_dim", "expected an even number, found {}", head_dim);
+  }
+  if (moe_layer.size() != static_cast<size_t>(layers)) {
+    fail(w, "moe layers", "expected one flag per layer ({}), found {}", layers, moe_layer.size());
+  }
+  if (moe_layer_count() == 0) fail(w, "layers", "expected at least one MoE layer, found none");
+  check_range(w, "num_experts", experts, 1, L::kMaxExperts);
+  check_range(w, "num_experts_per_tok", top_k, 1, experts);
+  check_range(w, "moe_intermediate_size", expert_ffn, 1, L::kMaxFfn);
+  check_range(w, "shared expert intermediate size", shared_ffn, 0, L::kMaxFfn);
+  if (moe_layer_count() < layers) check_range(w, "intermediate_size", dense_ffn, 1, L::kMaxFfn);
+  check_range(w, "n_group", n_group, 1, experts);
+  if (experts % n_group != 0) {
+    fail(w, "n_group", "expected a divisor of the expert count ({}), found {}", experts, n_group);
+  }
+  check_range(w, "topk_group", topk_group, 1, n_group);
+  if (n_group > 1 && top_k > topk_group * (experts / n_group)) {
+    fail(w, "topk_group", "the kept groups ({} x {} experts) must hold top_k = {} experts",
+         topk_group, experts / n_group, top_k);
+  }
+  if (!(routed_scaling_factor > 0.0f && std::isfinite(routed_scaling_factor))) {
+    fail(w, "routed_scaling_factor", "expected a positive finite value, found {}",
+         routed_scaling_factor);
+  }
+  if (bos_token >= vocab)
+    fail(w, "bos_token_id", "expected < vocab_size {}, found {}", vocab, bos_token);
+  if (eos_token >= vocab)
+    fail(w, "eos_token_id", "expected < vocab_size {}, found {}", vocab, eos_token);
+}
+
+std::string ModelConfig::summary() const {
+  std::string s = fmt::format(
+      "{}: {} layers ({} MoE), hidden {}, vocab {}, heads {}/{}, {} experts top-{} (ffn {}), "
+      "router {}{}",
+      family_name(family), layers, moe_layer_count(), hidden, vocab, heads, kv_heads, experts,
+      top_k, expert_ffn, router == RouterScore::kSoftmax ? "softmax" : "sigmoid",
+      norm_topk_prob ? " renormalised" : "");
+  if (family == Family::kDeepseekV3) {
+    s += fmt::format(", MLA q_lora {} kv_lora {} nope {} rope {} v {}, shared ffn {}, groups {}/{}",
+                     mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim,
+                     mla.v_head_dim, shared_ffn, topk_group, n_group);
+  }
+  return s;
+}
+
+namespace {
+
+int gguf_int(const GgufFile& f, const std::string& key) {
+  uint64_t v = f.get_uint(key);
+  if (v > (uint64_t{1} << 30))
+    fail(f.name(), "metadata key '" + key + "'", "value {} is too large", v);
+  return static_cast<int>(v);
+}
+
+int gguf_int_or(const GgufFile& f, const std::string& key, int fallback) {
+  if (!f.has(key)) return fallback;
+  return gguf_int(f, key);
+}
+
+}  // namespace
+
+ModelConfig config_from_gguf(const GgufFile& f) {
+  ModelConfig c;
+  c.source = f.name();
+  const std::string arch = f.get_string("general.architecture");
+  const std::string p = arch + ".";
+  if (arch == "olmoe") {
+    c.family = Family::kOlmoe;
+  } else if (arch == "qwen3moe") {
+    c.family = Family::kQwen3Moe;
+  } else if (arch == "deepseek2") {
+    c.family = Family::kDeepseekV3;
+  } else {
+    fail(f.name(), "general.architecture", "expected olmoe, qwen3moe or deepseek2, found '{}'",
+         arch);
+  }
+  c.hidden = gguf_int(f, p + "embedding_length");
+  c.layers = gguf_int(f, p + "block_count");
+  c.heads = gguf_int(f, p + "attention.head_count");
+  c.kv_heads = gguf_int_or(f, p + "attention.head_count_kv", c.heads);
+  c.max_positions = gguf_int_or(f, p + "context_length", 4096);
+  c.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon"));
+  c.rope_theta = static_cast<float>(f.find_float(p + "rope.freq_base").value_or(10000.0));
+  c.experts = gguf_int(f, p + "expert_count");
+  c.top_k = gguf_int(f, p + "expert_used_count");
+  if (f.has(p + "vocab_size")) {
+    c.vocab = gguf_int(f, p + "vocab_size");
+  } else if (auto embd = f.find_tensor_info("token_embd.weight"); embd && embd->shape.size() == 2) {
+    c.vocab = static_cast<int>(std::min<uint64_t>(embd->shape[0], uint64_t{1} << 30));
+  } else if (f.has("tokenizer.ggml.tokens")) {
+    c.vocab = static_cast<int>(f.get_array("tokenizer.ggml.tokens").items.size());
+  }
+  if (auto bos = f.find_uint("tokenizer.ggml.bos_token_id")) c.bos_token = static_cast<int>(*bos);
+  if (auto eos = f.find_uint("tokenizer.ggml.eos_token_id")) c.eos_token = static_cast<int>(*eos);
+  c.moe_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 1);
+
+  switch (c.family) {
+    case Family::kOlmoe:
+      // llama.cpp convention: feed_forward_length is the expert FFN size; no renormalisation.
+      c.head_dim = gguf_int_or(f, p + "attention.key_length", c.heads > 0 ? c.hidden / c.heads : 0);
+      c.expert_ffn =
+          gguf_int_or(f, p + "expert_feed_forward_length", gguf_int(f, p + "feed_forward_length"));
+      c.qk_norm = QkNorm::kWholeProjection;
+      c.rope = RopeKind::kNeox;
+      c.norm_topk_prob = false;
+      break;
+    case Family::kQwen3Moe:
+      // llama.cpp always renormalises Qwen3-MoE top-k weights; feed_forward_length is unused.
+      c.head_dim = gguf_int_or(f, p + "attention.key_length", c.heads > 0 ? c.hidden / c.heads : 0);
+      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
+      c.qk_norm = QkNorm::kPerHead;
+      c.rope = RopeKind::kNeox;
+      c.norm_topk_prob = true;
+      break;
+    case Family::kDeepseekV3: {
+      // MLA is stored as MQA (head_count_kv 1, key_length = kv_lora + rope); we decompress per
+      // head, so kv heads = heads. Per-head sizes come from the *_mla keys.
+      c.kv_heads = c.heads;
+      c.mla.q_lora_rank = gguf_int_or(f, p + "attention.q_lora_rank", 0);
+      c.mla.kv_lora_rank = gguf_int(f, p + "attention.kv_lora_rank");
+      c.mla.qk_rope_head_dim = gguf_int(f, p + "rope.dimension_count");
+      const int key_mla = gguf_int(f, p + "attention.key_length_mla");
+      c.mla.qk_nope_head_dim = key_mla - c.mla.qk_rope_head_dim;
+      c.mla.v_head_dim = gguf_int(f, p + "attention.value_length_mla");
+      c.mla.lora_norm_eps = c.rms_eps;  // llama.cpp uses the model eps for the latent norms
+      c.rope = RopeKind::kInterleaved;
+      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
+      c.dense_ffn = gguf_int(f, p + "feed_forward_length");
+      c.shared_ffn = gguf_int_or(f, p + "expert_shared_count", 0) * c.expert_ffn;
+      const int dense_lead = gguf_int_or(f, p + "leading_dense_block_count", 0);
+      for (int l = 0; l < std::min(dense_lead, c.layers); ++l)
+        c.moe_layer[static_cast<size_t>(l)] = 0;
+      const int gating = gguf_int_or(f, p + "expert_gating_func", 1);
+      if (gating != 1 && gating != 2) {
+        fail(f.name(), p + "expert_gating_func", "expected 1 (softmax) or 2 (sigmoid), found {}",
+             gating);
+      }
+      c.router = gating == 2 ? RouterScore::kSigmoid : RouterScore::kSoftmax;
+      c.norm_topk_prob = f.find_bool(p + "expert_weights_norm").value_or(false);
+      c.routed_scaling_factor =
+          static_cast<float>(f.find_float(p + "expert_weights_scale").value_or(1.0));
+      c.n_group = gguf_int_or(f, p + "expert_group_count", 1);
+      c.topk_group = gguf_int_or(f, p + "expert_group_used_count", c.n_group);
+      if (c.n_group == 0) c.n_group = 1;
+      if (c.topk_group == 0) c.topk_group = c.n_group;
+      c.correction_bias = f.has_tensor("blk." + std::to_string(dense_lead) + ".exp_probs_b.bias");
+      break;
+    }
+  }
+  c.validate();
+  return c;
+}
+
+}  // namespace steermoe::model

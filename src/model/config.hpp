@@ -1,0 +1,103 @@
+// The resolved description of a model: one plain struct filled in one place (from a HuggingFace
+// config.json, hf_config.hpp, or from GGUF metadata, config_from_gguf), with every
+// architecture quirk already decided. The forward pass reads these fields and never asks which
+// file format or which transformers revision the model came from.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace steermoe::model {
+
+class GgufFile;
+
+enum class Family : uint8_t {
+  kOlmoe,       // OLMoE: GQA attention, q/k RMSNorm over the whole projection, softmax router
+  kQwen3Moe,    // Qwen3-MoE: GQA attention, per-head q/k RMSNorm, softmax router (renormalised)
+  kDeepseekV3,  // DeepSeek-V3 / Moonlight: MLA attention, sigmoid router with correction bias
+};
+std::string_view family_name(Family family);  // "olmoe", "qwen3moe", "deepseek"
+
+enum class QkNorm : uint8_t { kNone, kWholeProjection, kPerHead };
+enum class RopeKind : uint8_t { kNeox, kInterleaved };
+enum class RouterScore : uint8_t { kSoftmax, kSigmoid };
+
+// Upper bounds that every loaded config must respect (they keep allocations bounded for
+// hostile files; real models are far below).
+struct ConfigLimits {
+  static constexpr int64_t kMaxLayers = 1024;
+  static constexpr int64_t kMaxExperts = 4096;
+  static constexpr int64_t kMaxHidden = 1 << 16;
+  static constexpr int64_t kMaxHeads = 1024;
+  static constexpr int64_t kMaxHeadDim = 4096;
+  static constexpr int64_t kMaxFfn = 1 << 20;
+  static constexpr int64_t kMaxVocab = 1 << 24;
+  static constexpr int64_t kMaxLoraRank = 1 << 16;
+};
+
+// Multi-head latent attention (DeepSeek-V2/V3 style). Unused for GQA families.
+struct MlaConfig {
+  int q_lora_rank = 0;       // 0: q_proj directly; otherwise q_a_proj -> q_a_layernorm -> q_b_proj
+  int kv_lora_rank = 0;      // width of the compressed latent c_kv
+  int qk_nope_head_dim = 0;  // per-head query/key part without rotary embedding
+  int qk_rope_head_dim = 0;  // per-head rotary part (the key's is shared by all heads)
+  int v_head_dim = 0;        // per-head value width
+  float lora_norm_eps = 1e-6f;  // eps of q_a_layernorm / kv_a_layernorm
+};
+
+struct ModelConfig {
+  Family family = Family::kOlmoe;
+  std::string source;  // file or folder it was read from (error messages, trace metadata)
+
+  // ---- shared dimensions ----
+  int vocab = 0;
+  int hidden = 0;
+  int layers = 0;
+  int heads = 0;          // query heads
+  int kv_heads = 0;       // key/value heads (GQA); MLA: = heads (keys are decompressed per head)
+  int head_dim = 0;       // GQA: q/k/v head width. MLA: unused (see mla)
+  int max_positions = 0;  // trained context length
+  float rms_eps = 1e-5f;
+  float rope_theta = 10000.0f;
+  RopeKind rope = RopeKind::kNeox;
+  QkNorm qk_norm = QkNorm::kNone;
+  MlaConfig mla;  // family kDeepseekV3 only
+
+  // ---- feed-forward / mixture of experts ----
+  int experts = 0;                 // routed experts per MoE layer
+  int top_k = 0;                   // routed experts executed per token
+  int expert_ffn = 0;              // intermediate width of one routed expert
+  int shared_ffn = 0;              // total intermediate width of the shared experts (0: none)
+  int dense_ffn = 0;               // intermediate width of dense (non-MoE) layers
+  std::vector<uint8_t> moe_layer;  // [layers]: 1 = MoE feed-forward, 0 = dense SwiGLU
+  RouterScore router = RouterScore::kSoftmax;
+  bool norm_topk_prob = false;         // renormalise the top-k weights to sum 1
+  float routed_scaling_factor = 1.0f;  // multiplies the routed weights (DeepSeek)
+  int n_group = 1;                     // group-limited routing: groups of experts
+  int topk_group = 1;                  // groups kept
+  bool correction_bias = false;        // sigmoid router: e_score_correction_bias present
+
+  bool tied_embeddings = false;  // lm_head shares the token embedding matrix
+  int bos_token = -1;            // -1: none known
+  int eos_token = -1;
+
+  // Derived helpers.
+  int moe_layer_count() const;
+  // Index of each MoE layer among MoE layers ([layers], -1 for dense layers).
+  std::vector<int> moe_index() const;
+  int q_head_dim() const;  // width of one query/key head (MLA: nope + rope)
+  int v_dim() const;       // width of one value head
+  float attention_scale() const;
+
+  // Checks ranges and consistency; throws steermoe::Error "<source>: <field>: <expected>".
+  void validate() const;
+  // One-line human summary ("olmoe: 16 layers, hidden 2048, 64 experts top-8, ...").
+  std::string summary() const;
+};
+
+// Reads the GGUF metadata of an olmoe / qwen3moe / deepseek2 file.
+ModelConfig config_from_gguf(const GgufFile& file);
+
+}  // namespace steermoe::model

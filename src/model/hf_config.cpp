@@ -1,0 +1,349 @@
+#include "model/hf_config.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "common/error.hpp"
+
+namespace steermoe::model {
+
+namespace {
+
+using Json = nlohmann::json;
+
+// Typed access to one config.json object with messages "<file>: <field>: expected ...".
+class Fields {
+ public:
+  Fields(const Json& j, const std::string& where) : j_(j), where_(where) {}
+
+  bool has(const char* key) const { return j_.contains(key) && !j_.at(key).is_null(); }
+
+  int64_t integer(const char* key, int64_t lo, int64_t hi) const {
+    if (!has(key)) fail(where_, key, "missing (expected an integer in [{}, {}])", lo, hi);
+    return integer_value(j_.at(key), key, lo, hi);
+  }
+  int64_t integer_or(const char* key, int64_t fallback, int64_t lo, int64_t hi) const {
+    return has(key) ? integer(key, lo, hi) : fallback;
+  }
+  double number(const char* key) const {
+    if (!has(key)) fail(where_, key, "missing (expected a number)");
+    return number_value(j_.at(key), key);
+  }
+  double number_or(const char* key, double fallback) const {
+    return has(key) ? number(key) : fallback;
+  }
+  bool boolean_or(const char* key, bool fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = j_.at(key);
+    if (!v.is_boolean()) fail(where_, key, "expected true or false, found {}", v.dump());
+    return v.get<bool>();
+  }
+  std::string string_or(const char* key, const std::string& fallback) const {
+    if (!has(key)) return fallback;
+    const Json& v = j_.at(key);
+    if (!v.is_string()) fail(where_, key, "expected a string, found {}", v.dump());
+    return v.get<std::string>();
+  }
+  // A token id or a list of token ids (first one used); -1 when absent.
+  int token_or_none(const char* key, int64_t vocab) const {
+    if (!has(key)) return -1;
+    const Json& v = j_.at(key);
+    if (v.is_array()) {
+      if (v.empty()) return -1;
+      return static_cast<int>(integer_value(v.at(0), key, 0, vocab - 1));
+    }
+    return static_cast<int>(integer_value(v, key, 0, vocab - 1));
+  }
+  const Json& raw(const char* key) const { return j_.at(key); }
+  const std::string& where() const { return where_; }
+
+  int64_t integer_value(const Json& v, const char* key, int64_t lo, int64_t hi) const {
+    int64_t value = 0;
+    if (v.is_number_integer()) {
+      if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
+        fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, v.dump());
+      }
+      value = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!(std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(lo) &&
+            d <= static_cast<double>(hi))) {
+        fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, v.dump());
+      }
+      value = static_cast<int64_t>(d);
+    } else {
+      fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, v.dump());
+    }
+    if (value < lo || value > hi) {
+      fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, value);
+    }
+    return value;
+  }
+  double number_value(const Json& v, const char* key) const {
+    if (!v.is_number()) fail(where_, key, "expected a number, found {}", v.dump());
+    const double d = v.get<double>();
+    if (!std::isfinite(d)) fail(where_, key, "expected a finite number, found {}", v.dump());
+    return d;
+  }
+
+ private:
+  const Json& j_;
+  const std::string& where_;
+};
+
+float rope_theta_of(const Fields& f, double fallback) {
+  // transformers v5: rope_parameters {"rope_theta": ..., "rope_type": "default"}.
+  if (f.has("rope_parameters")) {
+    const Json& rp = f.raw("rope_parameters");
+    if (!rp.is_object())
+      fail(f.where(), "rope_parameters", "expected an object, found {}", rp.dump());
+    Fields r(rp, f.where());
+    const std::string type = r.string_or("rope_type", "default");
+    if (type != "default") {
+      fail(f.where(), "rope_parameters.rope_type",
+           "expected \"default\" (no rope scaling), found \"{}\"", type);
+    }
+    if (r.has("rope_theta")) return static_cast<float>(r.number("rope_theta"));
+  }
+  if (f.has("rope_scaling")) {
+    fail(f.where(), "rope_scaling", "expected null (rope scaling is not supported), found {}",
+         f.raw("rope_scaling").dump());
+  }
+  return static_cast<float>(f.number_or("rope_theta", fallback));
+}
+
+void fill_common(const Fields& f, ModelConfig& c) {
+  using L = ConfigLimits;
+  c.vocab = static_cast<int>(f.integer("vocab_size", 1, L::kMaxVocab));
+  c.hidden = static_cast<int>(f.integer("hidden_size", 1, L::kMaxHidden));
+  c.layers = static_cast<int>(f.integer("num_hidden_layers", 1, L::kMaxLayers));
+  c.heads = static_cast<int>(f.integer("num_attention_heads", 1, L::kMaxHeads));
+  c.kv_heads = static_cast<int>(f.integer_or("num_key_value_heads", c.heads, 1, L::kMaxHeads));
+  c.max_positions =
+      static_cast<int>(f.integer_or("max_position_embeddings", 4096, 1, int64_t{1} << 24));
+  c.rms_eps = static_cast<float>(f.number_or("rms_norm_eps", 1e-6));
+  c.tied_embeddings = f.boolean_or("tie_word_embeddings", false);
+  c.bos_token = f.token_or_none("bos_token_id", c.vocab);
+  c.eos_token = f.token_or_none("eos_token_id", c.vocab);
+  const std::string act = f.string_or("hidden_act", "silu");
+  if (act != "silu") fail(f.where(), "hidden_act", "expected \"silu\", found \"{}\"", act);
+  if (f.boolean_or("attention_bias", false)) {
+    fail(f.where(), "attention_bias", "expected false (attention biases are not supported)");
+  }
+}
+
+void fill_olmoe(const Fields& f, ModelConfig& c) {
+  using L = ConfigLimits;
+  c.family = Family::kOlmoe;
+  fill_common(f, c);
+  c.head_dim = static_cast<int>(
+      f.integer_or("head_dim", c.heads > 0 ? c.hidden / c.heads : 0, 1, L::kMaxHeadDim));
+  c.rope_theta = rope_theta_of(f, 10000.0);
+  c.experts = static_cast<int>(f.integer("num_experts", 1, L::kMaxExperts));
+  c.top_k = static_cast<int>(f.integer("num_experts_per_tok", 1, L::kMaxExperts));
+  c.expert_ffn = static_cast<int>(f.integer("intermediate_size", 1, L::kMaxFfn));
+  c.norm_topk_prob = f.boolean_or("norm_topk_prob", false);
+  if (f.has("clip_qkv")) {
+    fail(f.where(), "clip_qkv", "expected null (clipping q/k/v is not supported), found {}",
+         f.raw("clip_qkv").dump());
+  }
+  c.qk_norm = QkNorm::kWholeProjection;
+  c.rope = RopeKind::kNeox;
+  c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
+}
+
+void fill_qwen3_moe(const Fields& f, ModelConfig& c) {
+  using L = ConfigLimits;
+  c.family = Family::kQwen3Moe;
+  fill_common(f, c);
+  c.head_dim = static_cast<int>(
+      f.integer_or("head_dim", c.heads > 0 ? c.hidden / c.heads : 0, 1, L::kMaxHeadDim));
+  c.rope_theta = rope_theta_of(f, 10000.0);
+  c.experts = static_cast<int>(f.integer("num_experts", 1, L::kMaxExperts));
+  c.top_k = static_cast<int>(f.integer("num_experts_per_tok", 1, L::kMaxExperts));
+  c.expert_ffn = static_cast<int>(f.integer("moe_intermediate_size", 1, L::kMaxFfn));
+  c.dense_ffn = static_cast<int>(f.integer_or("intermediate_size", 0, 0, L::kMaxFfn));
+  c.norm_topk_prob = f.boolean_or("norm_topk_prob", false);
+  if (f.boolean_or("use_sliding_window", false)) {
+    fail(f.where(), "use_sliding_window",
+         "expected false (sliding-window attention is not supported)");
+  }
+  c.qk_norm = QkNorm::kPerHead;
+  c.rope = RopeKind::kNeox;
+  const int64_t step = f.integer_or("decoder_sparse_step", 1, 1, L::kMaxLayers);
+  c.moe_layer.assign(static_cast<size_t>(c.layers), 0);
+  for (int l = 0; l < c.layers; ++l) c.moe_layer[static_cast<size_t>(l)] = (l + 1) % step == 0;
+  if (f.has("mlp_only_layers")) {
+    const Json& only = f.raw("mlp_only_layers");
+    if (!only.is_array()) fail(f.where(), "mlp_only_layers", "expected a list of layer indices");
+    if (only.size() > static_cast<size_t>(c.layers)) {
+      fail(f.where(), "mlp_only_layers", "expected at most {} entries, found {}", c.layers,
+           only.size());
+    }
+    for (const Json& v : only) {
+      const int64_t l = f.integer_value(v, "mlp_only_layers", 0, c.layers - 1);
+      c.moe_layer[static_cast<size_t>(l)] = 0;
+    }
+  }
+}
+
+void fill_deepseek_v3(const Fields& f, ModelConfig& c) {
+  using L = ConfigLimits;
+  c.family = Family::kDeepseekV3;
+  fill_common(f, c);
+  c.kv_heads = c.heads;  // keys and values are decompressed per head
+  c.rope_theta = rope_theta_of(f, 10000.0);
+  c.rope = f.boolean_or("rope_interleave", true) ? RopeKind::kInterleaved : RopeKind::kNeox;
+  c.mla.q_lora_rank = static_cast<int>(f.integer_or("q_lora_rank", 0, 0, L::kMaxLoraRank));
+  c.mla.kv_lora_rank = static_cast<int>(f.integer("kv_lora_rank", 1, L::kMaxLoraRank));
+  c.mla.qk_nope_head_dim = static_cast<int>(f.integer("qk_nope_head_dim", 1, L::kMaxHeadDim));
+  c.mla.qk_rope_head_dim = static_cast<int>(f.integer("qk_rope_head_dim", 2, L::kMaxHeadDim));
+  c.mla.v_head_dim = static_cast<int>(f.integer("v_head_dim", 1, L::kMaxHeadDim));
+  c.mla.lora_norm_eps = 1e-6f;  // transformers builds q_a/kv_a_layernorm with the default eps
+  c.experts = static_cast<int>(f.integer("n_routed_experts", 1, L::kMaxExperts));
+  c.top_k = static_cast<int>(f.integer("num_experts_per_tok", 1, L::kMaxExperts));
+  c.expert_ffn = static_cast<int>(f.integer("moe_intermediate_size", 1, L::kMaxFfn));
+  c.dense_ffn = static_cast<int>(f.integer("intermediate_size", 1, L::kMaxFfn));
+  const int64_t shared = f.integer_or("n_shared_experts", 0, 0, L::kMaxExperts);
+  c.shared_ffn = static_cast<int>(shared * c.expert_ffn);
+  c.norm_topk_prob = f.boolean_or("norm_topk_prob", false);
+  c.routed_scaling_factor = static_cast<float>(f.number_or("routed_scaling_factor", 1.0));
+  c.n_group = static_cast<int>(f.integer_or("n_group", 1, 1, L::kMaxExperts));
+  c.topk_group = static_cast<int>(f.integer_or("topk_group", 1, 1, L::kMaxExperts));
+  const std::string scoring = f.string_or("scoring_func", "sigmoid");
+  if (scoring == "sigmoid") {
+    c.router = RouterScore::kSigmoid;
+  } else if (scoring == "softmax") {
+    c.router = RouterScore::kSoftmax;
+  } else {
+    fail(f.where(), "scoring_func", "expected \"sigmoid\" or \"softmax\", found \"{}\"", scoring);
+  }
+  const std::string method = f.string_or("topk_method", "noaux_tc");
+  if (method != "noaux_tc" && method != "greedy" && method != "group_limited_greedy") {
+    fail(f.where(), "topk_method",
+         "expected \"noaux_tc\", \"greedy\" or \"group_limited_greedy\", found \"{}\"", method);
+  }
+  c.correction_bias = method == "noaux_tc" && c.router == RouterScore::kSigmoid;
+  if (method == "greedy") c.n_group = c.topk_group = 1;
+  const int64_t first_dense = f.integer_or("first_k_dense_replace", 0, 0, L::kMaxLayers);
+  const int64_t freq = f.integer_or("moe_layer_freq", 1, 1, L::kMaxLayers);
+  c.moe_layer.assign(static_cast<size_t>(c.layers), 0);
+  for (int l = 0; l < c.layers; ++l) {
+    c.moe_layer[static_cast<size_t>(l)] = l >= first_dense && l % freq == 0;
+  }
+}
+
+}  // namespace
+
+ModelConfig parse_hf_config(std::string_view json_text, const std::string& where) {
+  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) fail(where, "json", "expected a valid JSON document");
+  if (!j.is_object()) fail(where, "json", "expected a JSON object at the top level");
+  Fields f(j, where);
+  const std::string type = f.string_or("model_type", "");
+  ModelConfig c;
+  c.source = where;
+  if (type == "olmoe") {
+    fill_olmoe(f, c);
+  } else if (type == "qwen3_moe") {
+    fill_qwen3_moe(f, c);
+  } else if (type == "deepseek_v3") {
+    fill_deepseek_v3(f, c);
+  } else {
+    fail(where, "model_type", "expected \"olmoe\", \"qwen3_moe\" or \"deepseek_v3\", found \"{}\"",
+         type);
+  }
+  c.validate();
+  return c;
+}
+
+ModelConfig load_hf_config(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path.string(), "open", "expected a readable config.json");
+  std::ostringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  if (s.size() > (size_t{1} << 24)) fail(path.string(), "size", "expected at most 16 MiB");
+  return parse_hf_config(s, path.string());
+}
+
+std::string hf_config_json(const ModelConfig& c, std::string_view torch_dtype) {
+  Json j;
+  j["vocab_size"] = c.vocab;
+  j["hidden_size"] = c.hidden;
+  j["num_hidden_layers"] = c.layers;
+  j["num_attention_heads"] = c.heads;
+  j["max_position_embeddings"] = c.max_positions;
+  j["rms_norm_eps"] = c.rms_eps;
+  j["rope_theta"] = c.rope_theta;
+  j["rope_scaling"] = nullptr;
+  j["hidden_act"] = "silu";
+  j["attention_bias"] = false;
+  j["tie_word_embeddings"] = c.tied_embeddings;
+  j["torch_dtype"] = std::string(torch_dtype);
+  j["norm_topk_prob"] = c.norm_topk_prob;
+  j["num_experts_per_tok"] = c.top_k;
+  if (c.bos_token >= 0) j["bos_token_id"] = c.bos_token;
+  if (c.eos_token >= 0) j["eos_token_id"] = c.eos_token;
+  switch (c.family) {
+    case Family::kOlmoe:
+      j["model_type"] = "olmoe";
+      j["architectures"] = {"OlmoeForCausalLM"};
+      j["num_key_value_heads"] = c.kv_heads;
+      j["head_dim"] = c.head_dim;
+      j["num_experts"] = c.experts;
+      j["intermediate_size"] = c.expert_ffn;
+      j["clip_qkv"] = nullptr;
+      break;
+    case Family::kQwen3Moe: {
+      j["model_type"] = "qwen3_moe";
+      j["architectures"] = {"Qwen3MoeForCausalLM"};
+      j["num_key_value_heads"] = c.kv_heads;
+      j["head_dim"] = c.head_dim;
+      j["num_experts"] = c.experts;
+      j["moe_intermediate_size"] = c.expert_ffn;
+      j["intermediate_size"] = c.dense_ffn > 0 ? c.dense_ffn : c.expert_ffn;
+      j["decoder_sparse_step"] = 1;
+      Json only = Json::array();
+      for (int l = 0; l < c.layers; ++l) {
+        if (!c.moe_layer[static_cast<size_t>(l)]) only.push_back(l);
+      }
+      j["mlp_only_layers"] = only;
+      break;
+    }
+    case Family::kDeepseekV3: {
+      j["model_type"] = "deepseek_v3";
+      j["architectures"] = {"DeepseekV3ForCausalLM"};
+      j["num_key_value_heads"] = c.heads;
+      j["q_lora_rank"] = c.mla.q_lora_rank > 0 ? Json(c.mla.q_lora_rank) : Json(nullptr);
+      j["kv_lora_rank"] = c.mla.kv_lora_rank;
+      j["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
+      j["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+      j["v_head_dim"] = c.mla.v_head_dim;
+      j["rope_interleave"] = c.rope == RopeKind::kInterleaved;
+      j["n_routed_experts"] = c.experts;
+      j["moe_intermediate_size"] = c.expert_ffn;
+      j["intermediate_size"] = c.dense_ffn;
+      j["n_shared_experts"] = c.expert_ffn > 0 ? c.shared_ffn / c.expert_ffn : 0;
+      j["routed_scaling_factor"] = c.routed_scaling_factor;
+      j["n_group"] = c.n_group;
+      j["topk_group"] = c.topk_group;
+      j["scoring_func"] = c.router == RouterScore::kSigmoid ? "sigmoid" : "softmax";
+      j["topk_method"] = c.correction_bias ? "noaux_tc" : "greedy";
+      int first_dense = 0;
+      while (first_dense < c.layers && !c.moe_layer[static_cast<size_t>(first_dense)])
+        ++first_dense;
+      j["first_k_dense_replace"] = first_dense;
+      j["moe_layer_freq"] = 1;
+      break;
+    }
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace steermoe::model

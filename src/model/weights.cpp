@@ -1,0 +1,189 @@
+#include "model/weights.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+#include "common/error.hpp"
+#include "model/gguf.hpp"
+#include "model/hf_config.hpp"
+#include "model/safetensors.hpp"
+#include "model/weights_binder.hpp"
+
+namespace steermoe::model {
+
+uint64_t matrix_bytes(const kernels::Matrix& m) {
+  const uint64_t element = m.dtype == kernels::DType::kF32 ? 4 : 2;  // F32 or BF16 / F16
+  return static_cast<uint64_t>(m.rows) * m.cols * element;
+}
+
+namespace {
+
+std::string layer_name(const WeightBinder& b, int l, const char* gguf_name, const char* hf_name) {
+  return b.layer_name(l, gguf_name, hf_name);
+}
+
+SwigluWeights bind_swiglu(WeightBinder& b, int l, const char* gguf_suffix, const char* hf_prefix,
+                          uint64_t hidden, uint64_t ffn) {
+  SwigluWeights s;
+  const std::string g = fmt::format("ffn_gate{}", gguf_suffix);
+  const std::string u = fmt::format("ffn_up{}", gguf_suffix);
+  const std::string d = fmt::format("ffn_down{}", gguf_suffix);
+  const std::string hg = fmt::format("{}.gate_proj", hf_prefix);
+  const std::string hu = fmt::format("{}.up_proj", hf_prefix);
+  const std::string hd = fmt::format("{}.down_proj", hf_prefix);
+  s.gate = b.matrix(layer_name(b, l, g.c_str(), hg.c_str()), ffn, hidden);
+  s.up = b.matrix(layer_name(b, l, u.c_str(), hu.c_str()), ffn, hidden);
+  s.down = b.matrix(layer_name(b, l, d.c_str(), hd.c_str()), hidden, ffn);
+  return s;
+}
+
+void bind_experts(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
+  const auto E = static_cast<uint64_t>(c.experts);
+  const auto H = static_cast<uint64_t>(c.hidden);
+  const auto I = static_cast<uint64_t>(c.expert_ffn);
+  w.experts.resize(E);
+  if (b.gguf()) {
+    const std::string p = fmt::format("blk.{}.", l);
+    if (b.has(p + "ffn_gate_up_exps.weight")) {
+      TensorView gu = b.require(p + "ffn_gate_up_exps.weight", {E, 2 * I, H});
+      for (uint64_t e = 0; e < E; ++e) {
+        w.experts[e].gate = b.stacked(gu, e, I, H, 2 * I, 0);
+        w.experts[e].up = b.stacked(gu, e, I, H, 2 * I, I);
+      }
+    } else {
+      TensorView g = b.require(p + "ffn_gate_exps.weight", {E, I, H});
+      TensorView u = b.require(p + "ffn_up_exps.weight", {E, I, H});
+      for (uint64_t e = 0; e < E; ++e) {
+        w.experts[e].gate = b.stacked(g, e, I, H, I, 0);
+        w.experts[e].up = b.stacked(u, e, I, H, I, 0);
+      }
+    }
+    TensorView d = b.require(p + "ffn_down_exps.weight", {E, H, I});
+    for (uint64_t e = 0; e < E; ++e) w.experts[e].down = b.stacked(d, e, H, I, H, 0);
+    return;
+  }
+  const std::string p = fmt::format("model.layers.{}.mlp.experts.", l);
+  if (b.has(p + "gate_up_proj")) {  // transformers v5 fused layout (no .weight suffix)
+    TensorView gu = b.require(p + "gate_up_proj", {E, 2 * I, H});
+    TensorView d = b.require(p + "down_proj", {E, H, I});
+    for (uint64_t e = 0; e < E; ++e) {
+      w.experts[e].gate = b.stacked(gu, e, I, H, 2 * I, 0);
+      w.experts[e].up = b.stacked(gu, e, I, H, 2 * I, I);
+      w.experts[e].down = b.stacked(d, e, H, I, H, 0);
+    }
+    return;
+  }
+  for (uint64_t e = 0; e < E; ++e) {
+    const std::string q = fmt::format("{}{}.", p, e);
+    w.experts[e].gate = b.matrix(q + "gate_proj.weight", I, H);
+    w.experts[e].up = b.matrix(q + "up_proj.weight", I, H);
+    w.experts[e].down = b.matrix(q + "down_proj.weight", H, I);
+  }
+}
+
+void bind_ffn(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
+  const auto H = static_cast<uint64_t>(c.hidden);
+  w.moe = c.moe_layer[static_cast<size_t>(l)] != 0;
+  if (!w.moe) {
+    w.dense = bind_swiglu(b, l, "", "mlp", H, static_cast<uint64_t>(c.dense_ffn));
+    return;
+  }
+  w.router =
+      b.matrix(layer_name(b, l, "ffn_gate_inp", "mlp.gate"), static_cast<uint64_t>(c.experts), H);
+  if (c.correction_bias) {
+    const std::string name =
+        b.gguf() ? fmt::format("blk.{}.exp_probs_b.bias", l)
+                 : fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", l);
+    w.router_bias = b.vector(name, static_cast<uint64_t>(c.experts));
+  }
+  bind_experts(b, c, l, w);
+  if (c.shared_ffn > 0) {
+    w.shared =
+        bind_swiglu(b, l, "_shexp", "mlp.shared_experts", H, static_cast<uint64_t>(c.shared_ffn));
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
+  std::unique_ptr<Model> m(new Model());
+  m->path_ = path;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    m->format_ = WeightFormat::kSafetensors;
+    m->config_ = load_hf_config(path / "config.json");
+    m->checkpoint_ = std::make_unique<Checkpoint>(Checkpoint::open(path));
+  } else if (path.extension() == ".gguf") {
+    m->format_ = WeightFormat::kGguf;
+    m->gguf_ = std::make_unique<GgufFile>(GgufFile::open(path));
+    m->config_ = config_from_gguf(*m->gguf_);
+  } else {
+    fail(path.string(), "model path",
+         "expected a .gguf file or a folder with config.json and safetensors");
+  }
+  const ModelConfig& c = m->config_;
+  WeightBinder b(*m);
+  b.set_where(path.string());
+  const auto V = static_cast<uint64_t>(c.vocab);
+  const auto H = static_cast<uint64_t>(c.hidden);
+  const bool gguf = b.gguf();
+  m->embed_ = b.require(gguf ? "token_embd.weight" : "model.embed_tokens.weight", {V, H});
+  m->final_norm_ = b.vector(gguf ? "output_norm.weight" : "model.norm.weight", H);
+  const std::string head = gguf ? "output.weight" : "lm_head.weight";
+  if (c.tied_embeddings || !b.has(head)) {
+    if (!c.tied_embeddings && !gguf) {
+      fail(path.string(), "tensor 'lm_head.weight'", "missing (expected shape [{}, {}])", V, H);
+    }
+    m->lm_head_ = b.matrix(gguf ? "token_embd.weight" : "model.embed_tokens.weight", V, H);
+  } else {
+    m->lm_head_ = b.matrix(head, V, H);
+  }
+  m->layers_.resize(static_cast<size_t>(c.layers));
+  for (int l = 0; l < c.layers; ++l) {
+    LayerWeights& w = m->layers_[static_cast<size_t>(l)];
+    w.attn_norm = b.vector(layer_name(b, l, "attn_norm", "input_layernorm"), H);
+    w.ffn_norm = b.vector(layer_name(b, l, "ffn_norm", "post_attention_layernorm"), H);
+    if (c.family == Family::kDeepseekV3) {
+      bind_mla_attention(b, c, l, w);
+    } else {
+      bind_gqa_attention(b, c, l, w);
+    }
+    bind_ffn(b, c, l, w);
+  }
+  return m;
+}
+
+Model::~Model() = default;
+
+void Model::embed(int token, float* out) const {
+  SM_ASSERT(token >= 0 && token < config_.vocab);
+  const uint64_t row_bytes = *dtype_byte_size(embed_.dtype, static_cast<uint64_t>(config_.hidden));
+  const std::byte* row = embed_.data + static_cast<uint64_t>(token) * row_bytes;
+  convert_to_f32(embed_.dtype, {row, static_cast<size_t>(row_bytes)},
+                 {out, static_cast<size_t>(config_.hidden)}, "token embedding");
+}
+
+uint64_t Model::bytes_per_token() const {
+  uint64_t total = matrix_bytes(lm_head_);
+  total += *dtype_byte_size(embed_.dtype, static_cast<uint64_t>(config_.hidden));
+  for (const LayerWeights& w : layers_) {
+    for (const kernels::Matrix* m :
+         {&w.wq, &w.wk, &w.wv, &w.q_a, &w.q_b, &w.kv_a, &w.kv_b, &w.wo}) {
+      if (m->data != nullptr) total += matrix_bytes(*m);
+    }
+    auto swiglu = [](const SwigluWeights& s) {
+      return s.present() ? matrix_bytes(s.gate) + matrix_bytes(s.up) + matrix_bytes(s.down) : 0;
+    };
+    if (w.moe) {
+      total += matrix_bytes(w.router) + swiglu(w.shared);
+      total += static_cast<uint64_t>(config_.top_k) * swiglu(w.experts[0]);
+    } else {
+      total += swiglu(w.dense);
+    }
+  }
+  return total;
+}
+
+}  // namespace steermoe::model

@@ -1,0 +1,111 @@
+// A loaded model: its resolved config and every weight bound by name, dtype and shape. Weights
+// stay in the memory-mapped file (F32, F16, BF16 used in place); only small tensors (norm
+// vectors, the correction bias) and tensors that must be rearranged (DeepSeek's kv_b_proj
+// rebuilt from GGUF attn_k_b / attn_v_b) are copied.
+//
+// A model is named by a path: a `.gguf` file, or a HuggingFace folder with config.json and
+// model.safetensors (or a sharded model.safetensors.index.json). Experts are accepted per
+// expert (`mlp.experts.E.gate_proj.weight`) or fused as in transformers v5
+// (`mlp.experts.gate_up_proj` [E, 2I, H], `mlp.experts.down_proj` [E, H, I]).
+#pragma once
+
+#include <cstddef>
+#include <filesystem>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "model/config.hpp"
+#include "model/dtype.hpp"
+
+namespace steermoe::model {
+
+class GgufFile;
+class Checkpoint;
+
+enum class WeightFormat : uint8_t { kGguf, kSafetensors };
+
+// One SwiGLU block: down(silu(gate x) * up x). Rows: gate/up [ffn, hidden], down [hidden, ffn].
+struct SwigluWeights {
+  kernels::Matrix gate, up, down;
+  bool present() const { return gate.data != nullptr; }
+};
+
+struct LayerWeights {
+  std::vector<float> attn_norm;  // [hidden]
+  std::vector<float> ffn_norm;   // [hidden]
+
+  // GQA attention (OLMoE, Qwen3-MoE).
+  kernels::Matrix wq;         // [heads * head_dim, hidden]
+  kernels::Matrix wk;         // [kv_heads * head_dim, hidden]
+  kernels::Matrix wv;         // [kv_heads * head_dim, hidden]
+  std::vector<float> q_norm;  // OLMoE: [heads * head_dim]; Qwen3: [head_dim]
+  std::vector<float> k_norm;  // OLMoE: [kv_heads * head_dim]; Qwen3: [head_dim]
+
+  // MLA attention (DeepSeek-V3).
+  kernels::Matrix q_a;           // [q_lora, hidden]          (q LoRA only)
+  std::vector<float> q_a_norm;   // [q_lora]                  (q LoRA only)
+  kernels::Matrix q_b;           // [heads * (nope + rope), q_lora] or q_proj [.., hidden]
+  kernels::Matrix kv_a;          // [kv_lora + rope, hidden]: rows [latent | rope part]
+  std::vector<float> kv_a_norm;  // [kv_lora]
+  kernels::Matrix kv_b;          // [heads * (nope + v), kv_lora]: per head [k_nope | v]
+
+  kernels::Matrix wo;  // [hidden, heads * v_dim]
+
+  // Feed-forward: MoE layers use router/experts/shared, dense layers use `dense`.
+  bool moe = false;
+  kernels::Matrix router;              // [experts, hidden]
+  std::vector<float> router_bias;      // [experts] e_score_correction_bias (or empty)
+  std::vector<SwigluWeights> experts;  // [experts]
+  SwigluWeights shared;                // shared experts as one block (or absent)
+  SwigluWeights dense;                 // dense layers
+};
+
+class Model {
+ public:
+  // Loads a .gguf file or an HF folder. Throws steermoe::Error naming file, tensor and the
+  // expected dtype/shape on any mismatch.
+  static std::unique_ptr<Model> load(const std::filesystem::path& path);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return config_; }
+  WeightFormat format() const { return format_; }
+  const std::filesystem::path& path() const { return path_; }
+  const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
+  const kernels::Matrix& lm_head() const { return lm_head_; }
+  const std::vector<float>& final_norm() const { return final_norm_; }
+  // The embedding row of `token` in f32 (token must be < vocab; checked by the caller).
+  void embed(int token, float* out) const;
+  // Storage dtype of the big matrices (the embedding's), e.g. for reports.
+  DType weight_dtype() const { return embed_.dtype; }
+  // Bytes one decoded token reads from the weights at batch 1 with the given routed experts per
+  // MoE layer (attention + router + shared + top_k experts + lm_head + one embedding row).
+  uint64_t bytes_per_token() const;
+
+  const GgufFile* gguf() const { return gguf_.get(); }
+  const Checkpoint* checkpoint() const { return checkpoint_.get(); }
+
+ private:
+  Model() = default;
+  friend class WeightBinder;
+
+  ModelConfig config_;
+  WeightFormat format_ = WeightFormat::kGguf;
+  std::filesystem::path path_;
+  std::unique_ptr<GgufFile> gguf_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  TensorView embed_;
+  kernels::Matrix lm_head_;
+  std::vector<float> final_norm_;
+  std::vector<LayerWeights> layers_;
+  std::vector<std::vector<std::byte>> owned_;  // rearranged / converted tensors
+};
+
+// Bytes of a matrix's elements (rows * cols * element size).
+uint64_t matrix_bytes(const kernels::Matrix& m);
+
+}  // namespace steermoe::model

@@ -1,0 +1,111 @@
+// Internal to model/: binds tensors of a Model by name with dtype and shape checks. Shared by
+// weights.cpp (common tensors, feed-forward) and the family binders in arch_*.cpp.
+#pragma once
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/error.hpp"
+#include "model/gguf.hpp"
+#include "model/safetensors.hpp"
+#include "model/weights.hpp"
+
+namespace steermoe::model {
+
+// Looks tensors up by name in the model's file(s) and checks dtype and shape. Knows the names of
+// both formats; the family-specific binding lives in arch_gqa.cpp and arch_deepseek.cpp.
+class WeightBinder {
+ public:
+  explicit WeightBinder(Model& model) : m_(model) {}
+
+  bool gguf() const { return m_.format_ == WeightFormat::kGguf; }
+  const std::string& where() const { return where_; }
+  void set_where(std::string where) { where_ = std::move(where); }
+
+  std::optional<TensorView> find(const std::string& name) const {
+    return gguf() ? m_.gguf_->find_tensor(name) : m_.checkpoint_->find_tensor(name);
+  }
+  bool has(const std::string& name) const { return find(name).has_value(); }
+
+  // "blk.L.<gguf_name>.weight" or "model.layers.L.<hf_name>.weight".
+  std::string layer_name(int l, const char* gguf_name, const char* hf_name) const {
+    return gguf() ? fmt::format("blk.{}.{}.weight", l, gguf_name)
+                  : fmt::format("model.layers.{}.{}.weight", l, hf_name);
+  }
+
+  TensorView require(const std::string& name, const std::vector<uint64_t>& shape) const {
+    auto t = find(name);
+    if (!t) {
+      fail(where_, "tensor '" + name + "'", "missing (expected shape [{}])",
+           fmt::join(shape, ", "));
+    }
+    if (t->shape != shape) {
+      fail(where_, "tensor '" + name + "'", "expected shape [{}], found {}", fmt::join(shape, ", "),
+           t->shape_string());
+    }
+    if (!dtype_converts_to_f32(t->dtype)) {
+      fail(where_, "tensor '" + name + "'", "expected dtype F32, F16 or BF16, found {}",
+           dtype_name(t->dtype));
+    }
+    return *t;
+  }
+
+  // A [rows, cols] matrix used in place (F32/F16/BF16) or converted to an owned F32 copy.
+  kernels::Matrix matrix(const std::string& name, uint64_t rows, uint64_t cols) {
+    return as_matrix(require(name, {rows, cols}), rows, cols, 0);
+  }
+
+  // Matrix `index` of a stacked [n, rows, cols] tensor (GGUF experts, fused HF experts).
+  // `row_offset` selects rows inside the slice (fused gate_up: gate rows then up rows).
+  kernels::Matrix stacked(const TensorView& t, uint64_t index, uint64_t rows, uint64_t cols,
+                          uint64_t slice_rows, uint64_t row_offset) {
+    const uint64_t first_row = index * slice_rows + row_offset;
+    return as_matrix(t, rows, cols, first_row);
+  }
+
+  std::vector<float> vector(const std::string& name, uint64_t n) {
+    return require(name, {n}).to_f32();
+  }
+
+  // Takes ownership of rearranged bytes and returns a pointer that stays valid.
+  const std::byte* own(std::vector<std::byte> bytes) {
+    m_.owned_.push_back(std::move(bytes));
+    return m_.owned_.back().data();
+  }
+
+ private:
+  kernels::Matrix as_matrix(const TensorView& t, uint64_t rows, uint64_t cols, uint64_t first_row) {
+    kernels::Matrix m;
+    m.rows = rows;
+    m.cols = cols;
+    const uint64_t elements = rows * cols;
+    if (t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16) {
+      m.dtype = t.dtype == DType::kF32    ? kernels::DType::kF32
+                : t.dtype == DType::kBF16 ? kernels::DType::kBF16
+                                          : kernels::DType::kF16;
+      m.data = t.data + first_row * cols * dtype_size(t.dtype);
+      return m;
+    }
+    // Other float types (F64, Q8_0): an owned f32 copy.
+    std::vector<float> all = t.to_f32();
+    std::vector<std::byte> bytes(elements * sizeof(float));
+    std::memcpy(bytes.data(), all.data() + first_row * cols, bytes.size());
+    m.dtype = kernels::DType::kF32;
+    m.data = own(std::move(bytes));
+    return m;
+  }
+
+  Model& m_;
+  std::string where_;
+};
+
+// Family binders (arch_gqa.cpp, arch_deepseek.cpp).
+void bind_gqa_attention(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w);
+void bind_mla_attention(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w);
+
+}  // namespace steermoe::model
