@@ -117,7 +117,7 @@ void swiglu(const float* gate, const float* up, float* out, size_t n);
 void softmax(float* x, size_t n);
 
 float dot(const float* a, const float* b, size_t n);
-void axpy(float a, const float* x, float* y, size_t n);         // y += a * x
+void axpy(float a, const float* x, float* y, size_t n);          // y += a * x
 void add(const float* a, const float* b, float* out, size_t n);  // out = a + b (may alias)
 void scale(float a, float* x, size_t n);                         // x *= a
 
@@ -128,10 +128,10 @@ void scale(float a, float* x, size_t n);                         // x *= a
 // out[h * out_head_stride + d]. Query head h reads kv head h / (n_heads / n_kv_heads) (GQA).
 struct AttentionParams {
   size_t n_heads = 0;
-  size_t n_kv_heads = 0;  // divides n_heads
-  size_t head_dim_k = 0;  // q and k (e.g. 192 for MLA)
-  size_t head_dim_v = 0;  // v and out (e.g. 128 for MLA)
-  float scale = 1.0f;     // usually head_dim_k^-0.5
+  size_t n_kv_heads = 0;       // divides n_heads
+  size_t head_dim_k = 0;       // q and k (e.g. 192 for MLA)
+  size_t head_dim_v = 0;       // v and out (e.g. 128 for MLA)
+  float scale = 1.0f;          // usually head_dim_k^-0.5
   size_t q_head_stride = 0;    // 0: head_dim_k
   size_t out_head_stride = 0;  // 0: head_dim_v
   size_t k_pos_stride = 0;     // 0: n_kv_heads * head_dim_k
@@ -172,9 +172,9 @@ struct KernelTable {
   void (*add)(const float* a, const float* b, float* out, size_t n);
   void (*scale)(float a, float* x, size_t n);
   // Attention of one query for heads [head_begin, head_end); scratch holds n_pos floats.
-  void (*attention_heads)(const float* q, const float* k, const float* v, size_t n_pos,
-                          float* out, const AttentionParams& p, size_t head_begin,
-                          size_t head_end, float* scratch);
+  void (*attention_heads)(const float* q, const float* k, const float* v, size_t n_pos, float* out,
+                          const AttentionParams& p, size_t head_begin, size_t head_end,
+                          float* scratch);
 };
 
 // The table of `isa`; throws Error if the CPU lacks it.

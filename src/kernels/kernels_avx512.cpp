@@ -1,0 +1,234 @@
+// AVX-512F implementations (and the AVX-512 BF16 variant of the BF16 matrix products). Functions
+// carry target attributes instead of the file being built with -mavx512f, so nothing compiled
+// here can leak AVX-512 code into other translation units (inline functions, templates).
+// GCC 12's AVX-512 intrinsics build "undefined" vectors by self-initialisation, which its
+// -Wuninitialized reports after inlining; the warning points into the header, so silence it there.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+
+#include "kernels/kernels_internal.hpp"
+
+namespace steermoe::kernels::detail {
+namespace {
+
+#define SM_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
+
+struct Simd {
+  using V = __m512;
+  static constexpr size_t kLanes = 16;
+  // 4 rows x 4 tokens = 16 accumulators + 4 weight vectors + 1 input vector of 32 registers.
+  static constexpr int kTileRows = 4;
+  static constexpr int kTileTokens = 4;
+
+  SM_TARGET static V zero() { return _mm512_setzero_ps(); }
+  SM_TARGET static V set1(float a) { return _mm512_set1_ps(a); }
+  SM_TARGET static V load(const float* p) { return _mm512_loadu_ps(p); }
+  SM_TARGET static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+  SM_TARGET static V add(V a, V b) { return _mm512_add_ps(a, b); }
+  SM_TARGET static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
+  SM_TARGET static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  SM_TARGET static V div(V a, V b) { return _mm512_div_ps(a, b); }
+  SM_TARGET static V max(V a, V b) { return _mm512_max_ps(a, b); }
+  SM_TARGET static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  SM_TARGET static V swap_pairs(V v) { return _mm512_permute_ps(v, 0xB1); }
+
+  SM_TARGET static V load_bf16(const uint16_t* p) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  SM_TARGET static V load_f16(const uint16_t* p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+
+  // Fixed tree: 16 -> 8 -> 4 -> 2 -> 1.
+  SM_TARGET static float hsum(V v) {
+    const __m256 lo = _mm512_castps512_ps256(v);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    const __m256 s8 = _mm256_add_ps(lo, hi);
+    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 0x55));
+    return _mm_cvtss_f32(s1);
+  }
+  SM_TARGET static float hmax(V v) {
+    const __m256 lo = _mm512_castps512_ps256(v);
+    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
+    const __m256 m8 = _mm256_max_ps(lo, hi);
+    const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 0x55)));
+  }
+
+  // exp with Cephes' range reduction and polynomial (about 1 ulp over the normal range); inputs
+  // below -87 give 0 and above ln(FLT_MAX) give +inf.
+  SM_TARGET static V exp(V x) {
+    const V xc = _mm512_min_ps(_mm512_max_ps(x, set1(-87.0f)), set1(88.37f));
+    const V n = _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    V r = _mm512_fnmadd_ps(n, set1(0.693359375f), xc);
+    r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
+    V poly = set1(1.9875691500e-4f);
+    poly = fmadd(poly, r, set1(1.3981999507e-3f));
+    poly = fmadd(poly, r, set1(8.3334519073e-3f));
+    poly = fmadd(poly, r, set1(4.1665795894e-2f));
+    poly = fmadd(poly, r, set1(1.6666665459e-1f));
+    poly = fmadd(poly, r, set1(5.0000001201e-1f));
+    const V y = add(fmadd(poly, mul(r, r), r), set1(1.0f));
+    const __m512i bits =
+        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+    V result = mul(y, _mm512_castsi512_ps(bits));
+    const __mmask16 over = _mm512_cmp_ps_mask(x, set1(88.72283905206835f), _CMP_GT_OQ);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, set1(-87.0f), _CMP_LT_OQ);
+    result = _mm512_mask_blend_ps(over, result, set1(std::numeric_limits<float>::infinity()));
+    return _mm512_mask_blend_ps(under, result, zero());
+  }
+};
+
+#include "kernels/simd_generic.inc"
+
+// ---- AVX-512 BF16: VDPBF16PS over bf16 weights and x rounded to bf16 ---------------------------
+//
+// Each output accumulates one vector of 16 pair-sums over 32-element blocks in increasing order;
+// the last partial block is zero-padded (x is padded in the bf16 copy, W by a masked load).
+
+#define SM_TARGET_BF16 __attribute__((target("avx512f,avx512bw,avx512bf16,avx2,fma,f16c")))
+
+constexpr size_t kBf16Block = 32;
+
+// x rows converted to bf16 (round to nearest even) into `dst`, each padded with zeros to `padded`.
+SM_TARGET_BF16 void convert_rows_bf16(const float* x, size_t x_stride, size_t n, size_t cols,
+                                      size_t padded, uint16_t* dst) {
+  for (size_t i = 0; i < n; ++i) {
+    const float* src = x + i * x_stride;
+    uint16_t* out = dst + i * padded;
+    for (size_t c = 0; c < padded; c += kBf16Block) {
+      const size_t m = std::min(kBf16Block, cols - std::min(cols, c));
+      const __mmask16 lo_mask = static_cast<__mmask16>(m >= 16 ? 0xffff : (1u << m) - 1);
+      const __mmask16 hi_mask = static_cast<__mmask16>(m >= 32  ? 0xffff
+                                                       : m > 16 ? (1u << (m - 16)) - 1
+                                                                : 0);
+      const __m512 lo = _mm512_maskz_loadu_ps(lo_mask, src + c);
+      const __m512 hi = _mm512_maskz_loadu_ps(hi_mask, src + c + 16);
+      const __m512bh packed = _mm512_cvtne2ps_pbh(hi, lo);
+      _mm512_storeu_si512(out + c, (__m512i)packed);
+    }
+  }
+}
+
+template <int R, int N>
+SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t* xb, size_t padded,
+                                     size_t i0, const Output& out, const MatvecParams& p) {
+  const size_t cols = w.cols;
+  const size_t full = cols - cols % kBf16Block;
+  const uint16_t* rows[R];
+  for (int k = 0; k < R; ++k)
+    rows[k] = static_cast<const uint16_t*>(w.data) + (r0 + k) * w.stride();
+  __m512 acc[R][N];
+  for (int k = 0; k < R; ++k) {
+    for (int j = 0; j < N; ++j) acc[k][j] = _mm512_setzero_ps();
+  }
+  for (size_t c = 0; c < full; c += kBf16Block) {
+    __m512bh wv[R];
+    for (int k = 0; k < R; ++k) wv[k] = (__m512bh)_mm512_loadu_si512(rows[k] + c);
+    for (int j = 0; j < N; ++j) {
+      const auto xv = (__m512bh)_mm512_loadu_si512(xb + (i0 + j) * padded + c);
+      for (int k = 0; k < R; ++k) acc[k][j] = _mm512_dpbf16_ps(acc[k][j], wv[k], xv);
+    }
+  }
+  if (full < cols) {
+    const __mmask32 mask = (1u << (cols - full)) - 1;
+    __m512bh wv[R];
+    for (int k = 0; k < R; ++k) wv[k] = (__m512bh)_mm512_maskz_loadu_epi16(mask, rows[k] + full);
+    for (int j = 0; j < N; ++j) {
+      const auto xv = (__m512bh)_mm512_loadu_si512(xb + (i0 + j) * padded + full);
+      for (int k = 0; k < R; ++k) acc[k][j] = _mm512_dpbf16_ps(acc[k][j], wv[k], xv);
+    }
+  }
+  for (int j = 0; j < N; ++j) {
+    float* yj = out.y + (i0 + j) * out.y_stride + (r0 - out.y_row0);
+    for (int k = 0; k < R; ++k) yj[k] = finish_value(yj[k], Simd::hsum(acc[k][j]), p);
+  }
+}
+
+SM_TARGET_BF16 void bf16_matmul_impl(const Matrix& w, const uint16_t* xb, size_t padded, size_t n,
+                                     const Output& out, size_t row_begin, size_t row_end,
+                                     const MatvecParams& p) {
+  constexpr int R = Simd::kTileRows;
+  constexpr int N = Simd::kTileTokens;
+  for (size_t sb = row_begin; sb < row_end; sb += kSuperRows) {
+    const size_t se = std::min(sb + kSuperRows, row_end);
+    size_t i = 0;
+    for (; i + N <= n; i += N) {
+      size_t r = sb;
+      for (; r + R <= se; r += R) bf16_tile<R, N>(w, r, xb, padded, i, out, p);
+      for (; r < se; ++r) bf16_tile<1, N>(w, r, xb, padded, i, out, p);
+    }
+    for (; i < n; ++i) {
+      size_t r = sb;
+      for (; r + R <= se; r += R) bf16_tile<R, 1>(w, r, xb, padded, i, out, p);
+      for (; r < se; ++r) bf16_tile<1, 1>(w, r, xb, padded, i, out, p);
+    }
+  }
+}
+
+void bf16_matmul_dispatch(const Matrix& w, const float* x, size_t x_stride, size_t n,
+                          const Output& out, size_t row_begin, size_t row_end,
+                          const MatvecParams& p) {
+  if (w.dtype != DType::kBF16) {
+    return matmul_dispatch(w, x, x_stride, n, out, row_begin, row_end, p);
+  }
+  if (row_begin >= row_end || n == 0) return;
+  const size_t padded = (w.cols + kBf16Block - 1) / kBf16Block * kBf16Block;
+  auto* xb = static_cast<uint16_t*>(thread_scratch(n * padded * sizeof(uint16_t), 1));
+  convert_rows_bf16(x, x_stride, n, w.cols, padded, xb);
+  bf16_matmul_impl(w, xb, padded, n, out, row_begin, row_end, p);
+}
+
+void bf16_matvec_rows(const Matrix& w, const float* x, float* y, size_t row_begin, size_t row_end,
+                      const MatvecParams& p) {
+  bf16_matmul_dispatch(w, x, w.cols, 1, Output{y, 0, row_begin}, row_begin, row_end, p);
+}
+
+void bf16_matmul_rows(const Matrix& w, const float* x, size_t x_stride, size_t n, float* y,
+                      size_t y_stride, size_t row_begin, size_t row_end, const MatvecParams& p) {
+  bf16_matmul_dispatch(w, x, x_stride, n, Output{y, y_stride, 0}, row_begin, row_end, p);
+}
+
+}  // namespace
+
+const KernelTable& avx512_table() {
+  static const KernelTable table = [] {
+    KernelTable t{};
+    t.isa = Isa::kAvx512;
+    fill_table(t);
+    return t;
+  }();
+  return table;
+}
+
+const KernelTable& avx512_bf16_table() {
+  static const KernelTable table = [] {
+    KernelTable t{};
+    t.isa = Isa::kAvx512Bf16;
+    fill_table(t);
+    t.matvec_rows = bf16_matvec_rows;
+    t.matmul_rows = bf16_matmul_rows;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace steermoe::kernels::detail
