@@ -321,7 +321,7 @@ const Decision& RequestRouter::select(int layer, std::span<const float> z,
   // Execution weights from the unbonused router output at S.
   std::span<const float> ws = weight_scores;
   if (ws.empty() && spec_.mode == ScoreMode::kSoftmax) ws = z;
-  if (!ws.empty()) {
+  if (compute_weights_ && !ws.empty()) {
     SM_ASSERT(ws.size() == static_cast<size_t>(e_count));
     execution_weights(spec_, ws, d.selected, weights_);
     for (int i = 0; i < k; ++i) d.weights.push_back(weights_[i]);

@@ -87,6 +87,9 @@ class RequestRouter {
                          std::span<const float> weight_scores = {},
                          std::span<const uint8_t> issued = {});
 
+  // Execution weights are the model's computation: replay and the simulator turn them off.
+  void set_compute_weights(bool on) { compute_weights_ = on; }
+
   const Decision& decision(int layer) const { return decisions_[layer]; }
   const LayerCache& cache(int layer) const { return caches_[layer]; }
   const RouterSpec& spec() const { return spec_; }
@@ -107,6 +110,7 @@ class RequestRouter {
   int window_;
   int64_t step_ = 0;
   int32_t token_ = 0;
+  bool compute_weights_ = true;
   std::vector<LayerCache> caches_;
   std::vector<Decision> decisions_;
   // Scratch, sized at construction.
@@ -124,10 +128,17 @@ class RequestRouter {
   std::vector<float> weights_;                      // [K]
 };
 
+// Implementations of top_k; all give identical results (tests compare them). kAuto picks the
+// fastest the CPU supports.
+enum class TopKPath : uint8_t { kAuto, kReference, kSse2, kAvx2 };
+
 // Top-k of `score` with the spec's tie rule (higher score, then higher `tiebreak`, then lower
 // index); writes k indices in rank order to `out`. `tiebreak` may equal `score`.
 void top_k(std::span<const float> score, std::span<const float> tiebreak, int k,
-           std::span<int32_t> out);
+           std::span<int32_t> out, TopKPath path = TopKPath::kAuto);
+// The scalar reference (insertion into a sorted buffer).
+void top_k_reference(std::span<const float> score, std::span<const float> tiebreak, int k,
+                     std::span<int32_t> out);
 
 // The model's own selection (DeepSeek group limit included) of `selection` scores, ties broken
 // by `unbonused`. `out` gets K indices in rank order. Scratch spans sized n_group.

@@ -1,5 +1,7 @@
 // Ranking primitives shared by the policies, the calibration and the engine: top-k with the
 // spec's tie rules, the model's own (possibly group-limited) selection, execution weights.
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 
@@ -10,8 +12,7 @@ namespace steermoe::policy {
 namespace {
 
 // True when candidate a ranks before b: higher score, then higher tiebreak, then lower index.
-inline bool ranks_before(std::span<const float> score, std::span<const float> tiebreak, int32_t a,
-                         int32_t b) {
+inline bool ranks_before_raw(const float* score, const float* tiebreak, int32_t a, int32_t b) {
   if (score[a] != score[b]) return score[a] > score[b];
   if (tiebreak[a] != tiebreak[b]) return tiebreak[a] > tiebreak[b];
   return a < b;
@@ -19,24 +20,184 @@ inline bool ranks_before(std::span<const float> score, std::span<const float> ti
 
 }  // namespace
 
+namespace {
+
+// Reference rule, used for odd sizes and non-finite scores: insertion into a sorted buffer.
+void top_k_insertion(const float* s, const float* tb, int n, int k, int32_t* o) {
+  auto before = [s, tb](int32_t a, int32_t b) { return ranks_before_raw(s, tb, a, b); };
+  int filled = 0;
+  for (int32_t i = 0; i < n; ++i) {
+    if (filled == k && !before(i, o[k - 1])) continue;
+    int pos = filled < k ? filled++ : k - 1;
+    while (pos > 0 && before(i, o[pos - 1])) {
+      o[pos] = o[pos - 1];
+      --pos;
+    }
+    o[pos] = i;
+  }
+}
+
+constexpr int kMaxVectorTopK = 1024;
+
+}  // namespace
+
+namespace {
+
+// Copies the scores into `work` (padded with -inf to a multiple of `width`) and reports whether
+// all are finite: x - x is 0 for finite x and NaN for inf and NaN.
+bool copy_finite(const float* s, int n, int width, float* work) {
+  int finite_mask = 0xF;
+  int i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 v = _mm_loadu_ps(s + i);
+    _mm_storeu_ps(work + i, v);
+    finite_mask &= _mm_movemask_ps(_mm_cmpeq_ps(_mm_sub_ps(v, v), _mm_setzero_ps()));
+  }
+  bool finite = finite_mask == 0xF;
+  for (; i < n; ++i) {
+    work[i] = s[i];
+    finite &= (s[i] - s[i]) == 0.0f;
+  }
+  const int padded = (n + width - 1) / width * width;
+  for (int j = n; j < padded; ++j) work[j] = -INFINITY;
+  return finite;
+}
+
+// Resolves an exact tie on the best score `best` (first found at `chosen`): the higher tiebreak
+// wins, then the lower index.
+int resolve_tie(const float* work, const float* tb, int n, float best, int chosen) {
+  for (int j = chosen + 1; j < n; ++j) {
+    if (work[j] == best && tb[j] > tb[chosen]) chosen = j;
+  }
+  return chosen;
+}
+
+// Two-level selection, SSE2 (baseline x86-64), blocks of 4: the maximum of every block is kept in
+// `block_max`; each of the k rounds takes the maximum of the block maxima, locates its block and
+// lane with equality masks, marks the entry taken (-inf) and refreshes one block maximum.
+// Data-dependent branches occur only on exact ties (slow path, spec rule). Insertion sorting is
+// dominated by branch mispredictions at these sizes.
+void top_k_sse2(const float* s, const float* tb, int n, int k, int32_t* o) {
+  alignas(16) float work[kMaxVectorTopK];
+  alignas(16) float block_max[kMaxVectorTopK / 4 + 4];
+  if (!copy_finite(s, n, 4, work)) {  // -inf marks taken entries: keep the reference path exact
+    top_k_insertion(s, tb, n, k, o);
+    return;
+  }
+  const int blocks = (n + 3) / 4;
+  const int blocks_padded = (blocks + 3) & ~3;
+  auto horizontal_max = [](__m128 v) {
+    v = _mm_max_ps(v, _mm_shuffle_ps(v, v, _MM_SHUFFLE(2, 3, 0, 1)));
+    return _mm_max_ps(v, _mm_shuffle_ps(v, v, _MM_SHUFFLE(1, 0, 3, 2)));
+  };
+  for (int b = 0; b < blocks; ++b) {
+    block_max[b] = _mm_cvtss_f32(horizontal_max(_mm_load_ps(work + 4 * b)));
+  }
+  for (int b = blocks; b < blocks_padded; ++b) block_max[b] = -INFINITY;
+  for (int r = 0; r < k; ++r) {
+    __m128 m = _mm_load_ps(block_max);
+    for (int b = 4; b < blocks_padded; b += 4) m = _mm_max_ps(m, _mm_load_ps(block_max + b));
+    m = horizontal_max(m);
+    int block = -1;
+    bool several_blocks = false;
+    for (int b = 0; b < blocks_padded; b += 4) {
+      const int mask = _mm_movemask_ps(_mm_cmpeq_ps(_mm_load_ps(block_max + b), m));
+      if (mask) {
+        several_blocks |= block >= 0 || (mask & (mask - 1)) != 0;
+        if (block < 0) block = b + __builtin_ctz(static_cast<unsigned>(mask));
+      }
+    }
+    const int lane_mask = _mm_movemask_ps(_mm_cmpeq_ps(_mm_load_ps(work + 4 * block), m));
+    int chosen = 4 * block + __builtin_ctz(static_cast<unsigned>(lane_mask));
+    if (several_blocks || (lane_mask & (lane_mask - 1)) != 0) {
+      chosen = resolve_tie(work, tb, n, _mm_cvtss_f32(m), chosen);
+    }
+    o[r] = chosen;
+    work[chosen] = -INFINITY;
+    const int b = chosen / 4;
+    block_max[b] = _mm_cvtss_f32(horizontal_max(_mm_load_ps(work + 4 * b)));
+  }
+}
+
+__attribute__((target("avx2"))) inline __m256 horizontal_max_avx2(__m256 v) {
+  __m128 x = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  x = _mm_max_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+  x = _mm_max_ps(x, _mm_shuffle_ps(x, x, _MM_SHUFFLE(1, 0, 3, 2)));
+  return _mm256_set_m128(x, x);
+}
+
+// The same with AVX2, blocks of 8 (chosen at run time when the CPU has AVX2).
+__attribute__((target("avx2"))) void top_k_avx2(const float* s, const float* tb, int n, int k,
+                                                int32_t* o) {
+  alignas(32) float work[kMaxVectorTopK];
+  alignas(32) float block_max[kMaxVectorTopK / 8 + 8];
+  if (!copy_finite(s, n, 8, work)) {
+    top_k_insertion(s, tb, n, k, o);
+    return;
+  }
+  const int blocks = (n + 7) / 8;
+  const int blocks_padded = (blocks + 7) & ~7;
+  for (int b = 0; b < blocks; ++b) {
+    block_max[b] = _mm256_cvtss_f32(horizontal_max_avx2(_mm256_load_ps(work + 8 * b)));
+  }
+  for (int b = blocks; b < blocks_padded; ++b) block_max[b] = -INFINITY;
+  for (int r = 0; r < k; ++r) {
+    __m256 m = _mm256_load_ps(block_max);
+    for (int b = 8; b < blocks_padded; b += 8) m = _mm256_max_ps(m, _mm256_load_ps(block_max + b));
+    m = horizontal_max_avx2(m);
+    int block = -1;
+    bool several_blocks = false;
+    for (int b = 0; b < blocks_padded; b += 8) {
+      const int mask =
+          _mm256_movemask_ps(_mm256_cmp_ps(_mm256_load_ps(block_max + b), m, _CMP_EQ_OQ));
+      if (mask) {
+        several_blocks |= block >= 0 || (mask & (mask - 1)) != 0;
+        if (block < 0) block = b + __builtin_ctz(static_cast<unsigned>(mask));
+      }
+    }
+    const int lane_mask =
+        _mm256_movemask_ps(_mm256_cmp_ps(_mm256_load_ps(work + 8 * block), m, _CMP_EQ_OQ));
+    int chosen = 8 * block + __builtin_ctz(static_cast<unsigned>(lane_mask));
+    if (several_blocks || (lane_mask & (lane_mask - 1)) != 0) {
+      chosen = resolve_tie(work, tb, n, _mm256_cvtss_f32(m), chosen);
+    }
+    o[r] = chosen;
+    work[chosen] = -INFINITY;
+    const int b = chosen / 8;
+    block_max[b] = _mm256_cvtss_f32(horizontal_max_avx2(_mm256_load_ps(work + 8 * b)));
+  }
+}
+
+const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
+
+}  // namespace
+
+void top_k_reference(std::span<const float> score, std::span<const float> tiebreak, int k,
+                     std::span<int32_t> out) {
+  SM_ASSERT(static_cast<size_t>(k) <= score.size() && out.size() >= static_cast<size_t>(k));
+  top_k_insertion(score.data(), tiebreak.data(), static_cast<int>(score.size()), k, out.data());
+}
+
 void top_k(std::span<const float> score, std::span<const float> tiebreak, int k,
-           std::span<int32_t> out) {
+           std::span<int32_t> out, TopKPath path) {
   SM_ASSERT(k >= 0 && static_cast<size_t>(k) <= score.size() &&
             out.size() >= static_cast<size_t>(k));
   SM_ASSERT(tiebreak.size() == score.size());
   if (k == 0) return;
   const int n = static_cast<int>(score.size());
-  int filled = 0;
-  // Insertion into a sorted buffer of k: E <= a few hundred and k <= 16 in practice, so this
-  // beats a heap and never allocates.
-  for (int32_t i = 0; i < n; ++i) {
-    if (filled == k && !ranks_before(score, tiebreak, i, out[k - 1])) continue;
-    int pos = filled < k ? filled++ : k - 1;
-    while (pos > 0 && ranks_before(score, tiebreak, i, out[pos - 1])) {
-      out[pos] = out[pos - 1];
-      --pos;
-    }
-    out[pos] = i;
+  if (n > kMaxVectorTopK) path = TopKPath::kReference;
+  if (path == TopKPath::kAuto) path = kHaveAvx2 ? TopKPath::kAvx2 : TopKPath::kSse2;
+  if (path == TopKPath::kAvx2 && !kHaveAvx2) path = TopKPath::kSse2;
+  switch (path) {
+    case TopKPath::kAvx2:
+      top_k_avx2(score.data(), tiebreak.data(), n, k, out.data());
+      break;
+    case TopKPath::kSse2:
+      top_k_sse2(score.data(), tiebreak.data(), n, k, out.data());
+      break;
+    default:
+      top_k_insertion(score.data(), tiebreak.data(), n, k, out.data());
+      break;
   }
 }
 
