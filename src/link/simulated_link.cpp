@@ -1,0 +1,78 @@
+#include "link/simulated_link.hpp"
+
+#include <algorithm>
+
+#include "common/error.hpp"
+
+namespace steermoe::link {
+
+SimulatedLink::SimulatedLink(const SimulatedLinkParams& params) : params_(params), ring_(64) {
+  if (!(params.bandwidth_bytes_per_s > 0))
+    fail("simulated link", "bandwidth", "must be > 0 bytes/s, got {}",
+         params.bandwidth_bytes_per_s);
+  if (!(params.latency_s >= 0))
+    fail("simulated link", "latency", "must be >= 0 s, got {}", params.latency_s);
+}
+
+double SimulatedLink::copy_seconds(int64_t bytes) const {
+  return params_.latency_s + static_cast<double>(bytes) / params_.bandwidth_bytes_per_s;
+}
+
+Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
+  SM_ASSERT(copy.bytes >= 0);
+  const size_t in_flight = static_cast<size_t>(last_ticket_ - completed_);
+  if (in_flight == ring_.size()) {
+    // Grow the ring, unrolling it so that head_ becomes 0 (only happens at new peaks).
+    std::vector<double> bigger(ring_.size() * 2);
+    for (size_t i = 0; i < in_flight; ++i) bigger[i] = ring_[(head_ + i) & (ring_.size() - 1)];
+    ring_.swap(bigger);
+    head_ = 0;
+  }
+  const double start = std::max(now_, last_end_);
+  const double duration = copy_seconds(copy.bytes);
+  last_end_ = start + duration;
+  ++last_ticket_;
+  ring_[(head_ + in_flight) & (ring_.size() - 1)] = last_end_;
+  bytes_moved_ += copy.bytes;
+  busy_seconds_ += duration;
+  if (log_enabled_) log_.push_back({last_ticket_, copy, now_, start, last_end_});
+  return last_ticket_;
+}
+
+void SimulatedLink::retire() {
+  while (completed_ < last_ticket_ && ring_[head_] <= now_) {
+    ++completed_;
+    head_ = (head_ + 1) & (ring_.size() - 1);
+  }
+}
+
+Ticket SimulatedLink::completed() {
+  retire();
+  return completed_;
+}
+
+double SimulatedLink::completion_time(Ticket ticket) const {
+  SM_ASSERT(ticket > kNoTicket && ticket <= last_ticket_);
+  if (ticket > completed_) {
+    return ring_[(head_ + static_cast<size_t>(ticket - completed_ - 1)) & (ring_.size() - 1)];
+  }
+  const auto index = static_cast<size_t>(ticket - 1);
+  SM_ASSERT_MSG(log_enabled_ && index < log_.size() && log_[index].ticket == ticket,
+                "completion time of a retired ticket needs the log, enabled before the first copy");
+  return log_[index].end;
+}
+
+void SimulatedLink::wait(Ticket ticket) {
+  SM_ASSERT(ticket <= last_ticket_);
+  retire();
+  if (ticket <= completed_) return;
+  now_ = std::max(now_, completion_time(ticket));
+  retire();
+}
+
+void SimulatedLink::advance(double seconds) {
+  SM_ASSERT(seconds >= 0);
+  now_ += seconds;
+}
+
+}  // namespace steermoe::link

@@ -1,0 +1,76 @@
+// A discrete-event model of one copy link, driven by a simulated clock. A copy starts at the
+// later of its enqueue time and the end of the previous copy (one FIFO stream) and takes
+// `latency + bytes / bandwidth` (policy-spec.md, "Timing model", rule 4). Because the queue is
+// FIFO and durations are known at enqueue, each copy's completion time is fixed when it is
+// enqueued; the clock moves only through advance() (compute or host work of the caller) and
+// wait() (a stall). Nothing allocates in steady state: in-flight copies live in a ring that only
+// grows when more copies are in flight than ever before (the warm-up at request start).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "link/link.hpp"
+
+namespace steermoe::link {
+
+struct SimulatedLinkParams {
+  double bandwidth_bytes_per_s = 0;  // sustained copy bandwidth (> 0)
+  double latency_s = 0;              // fixed cost of every copy (>= 0)
+};
+
+// Start and end of one simulated copy, kept only when the log is enabled (tests, traces).
+struct CopyEvent {
+  Ticket ticket = kNoTicket;
+  CopyRequest copy;
+  double enqueued = 0;
+  double start = 0;
+  double end = 0;
+};
+
+class SimulatedLink final : public Link {
+ public:
+  explicit SimulatedLink(const SimulatedLinkParams& params);
+
+  Ticket enqueue(const CopyRequest& copy) override;
+  Ticket completed() override;
+  void wait(Ticket ticket) override;
+  double now() override { return now_; }
+
+  // Simulated work of the caller (compute, host policy) lets `seconds` pass.
+  void advance(double seconds);
+  // Completion time of an in-flight (or just-enqueued) copy; the ticket must not have been
+  // retired yet (i.e. > completed() at the last query) unless the log is on.
+  double completion_time(Ticket ticket) const;
+  // Time at which the link will have finished every copy enqueued so far.
+  double busy_until() const { return last_end_; }
+  Ticket last_ticket() const { return last_ticket_; }
+  // Bytes moved and busy seconds over the link's lifetime.
+  int64_t bytes_moved() const { return bytes_moved_; }
+  double busy_seconds() const { return busy_seconds_; }
+
+  // Keeps every copy's times in log() (allocates; for tests and traces only).
+  void enable_log(bool on) { log_enabled_ = on; }
+  const std::vector<CopyEvent>& log() const { return log_; }
+
+  double copy_seconds(int64_t bytes) const;
+
+ private:
+  void retire();
+
+  SimulatedLinkParams params_;
+  double now_ = 0;
+  double last_end_ = 0;
+  Ticket last_ticket_ = kNoTicket;
+  Ticket completed_ = kNoTicket;
+  int64_t bytes_moved_ = 0;
+  double busy_seconds_ = 0;
+  // Ring of completion times of tickets completed_+1 .. last_ticket_ (capacity a power of two).
+  std::vector<double> ring_;
+  std::size_t head_ = 0;  // ring index of ticket completed_ + 1
+  bool log_enabled_ = false;
+  std::vector<CopyEvent> log_;
+};
+
+}  // namespace steermoe::link

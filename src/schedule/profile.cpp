@@ -1,0 +1,134 @@
+#include "schedule/profile.hpp"
+
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/error.hpp"
+
+#ifndef STEERMOE_PROFILE_DIR
+#define STEERMOE_PROFILE_DIR ""
+#endif
+
+namespace steermoe::schedule {
+
+namespace {
+
+double number(const nlohmann::json& object, const char* key, const std::string& where,
+              double min_value, bool required) {
+  if (!object.contains(key)) {
+    if (required) fail(where, key, "missing (expected a number >= {})", min_value);
+    return 0.0;
+  }
+  const auto& value = object.at(key);
+  if (!value.is_number()) fail(where, key, "expected a number, got {}", value.dump());
+  const double x = value.get<double>();
+  if (!(x >= min_value)) fail(where, key, "expected a number >= {}, got {}", min_value, x);
+  return x;
+}
+
+const nlohmann::json& section(const nlohmann::json& json, const char* key,
+                              const std::string& where) {
+  if (!json.contains(key) || !json.at(key).is_object()) fail(where, key, "expected an object");
+  return json.at(key);
+}
+
+}  // namespace
+
+double HardwareProfile::resident_token_seconds(int layers_used, int top_k_used) const {
+  return layers_used * (attention_s + host_policy_s + moe_fixed_s + top_k_used * moe_per_expert_s) +
+         dense_s + head_s;
+}
+
+HardwareProfile parse_profile(const nlohmann::json& json, const std::string& where) {
+  if (!json.is_object()) fail(where, "(root)", "expected a JSON object");
+  HardwareProfile p;
+  if (!json.contains("name") || !json.at("name").is_string())
+    fail(where, "name", "expected a string");
+  p.name = json.at("name").get<std::string>();
+  if (json.contains("description") && json.at("description").is_string())
+    p.description = json.at("description").get<std::string>();
+  if (json.contains("model")) {
+    const auto& m = section(json, "model", where);
+    if (m.contains("name") && m.at("name").is_string()) p.model = m.at("name").get<std::string>();
+    const std::string mw = where + ": model";
+    p.layers = static_cast<int>(number(m, "layers", mw, 0, false));
+    p.experts = static_cast<int>(number(m, "experts", mw, 0, false));
+    p.top_k = static_cast<int>(number(m, "top_k", mw, 0, false));
+  }
+  const auto& link = section(json, "link", where);
+  const std::string lw = where + ": link";
+  p.link_bandwidth_bytes_per_s = number(link, "bandwidth_GBps", lw, 1e-9, true) * 1e9;
+  p.link_latency_s = number(link, "latency_us", lw, 0, false) * 1e-6;
+  p.expert_bytes = static_cast<int64_t>(number(json, "expert_bytes", where, 1, true));
+  const auto& compute = section(json, "compute_us", where);
+  const std::string cw = where + ": compute_us";
+  p.attention_s = number(compute, "attention", cw, 0, true) * 1e-6;
+  p.moe_fixed_s = number(compute, "moe_fixed", cw, 0, true) * 1e-6;
+  p.moe_per_expert_s = number(compute, "moe_per_expert", cw, 0, true) * 1e-6;
+  p.dense_s = number(compute, "dense_per_token", cw, 0, false) * 1e-6;
+  p.head_s = number(compute, "head", cw, 0, true) * 1e-6;
+  p.host_policy_s = number(json, "host_policy_us", where, 0, true) * 1e-6;
+  return p;
+}
+
+nlohmann::json HardwareProfile::to_json() const {
+  return {{"name", name},
+          {"description", description},
+          {"model", {{"name", model}, {"layers", layers}, {"experts", experts}, {"top_k", top_k}}},
+          {"link",
+           {{"bandwidth_GBps", link_bandwidth_bytes_per_s / 1e9},
+            {"latency_us", link_latency_s * 1e6}}},
+          {"expert_bytes", expert_bytes},
+          {"compute_us",
+           {{"attention", attention_s * 1e6},
+            {"moe_fixed", moe_fixed_s * 1e6},
+            {"moe_per_expert", moe_per_expert_s * 1e6},
+            {"dense_per_token", dense_s * 1e6},
+            {"head", head_s * 1e6}}},
+          {"host_policy_us", host_policy_s * 1e6}};
+}
+
+std::filesystem::path default_profile_dir() {
+  if (const char* env = std::getenv("STEERMOE_PROFILES"); env != nullptr && *env != '\0')
+    return env;
+  return STEERMOE_PROFILE_DIR;
+}
+
+HardwareProfile load_profile(std::string_view name_or_path,
+                             const std::filesystem::path& profile_dir) {
+  namespace fs = std::filesystem;
+  const fs::path dir = profile_dir.empty() ? default_profile_dir() : profile_dir;
+  fs::path path(name_or_path);
+  if (!(path.has_extension() && fs::exists(path))) {
+    path = dir / (std::string(name_or_path) + ".json");
+    if (!fs::exists(path)) {
+      std::vector<std::string> known;
+      std::error_code ec;
+      for (const auto& entry : fs::directory_iterator(dir, ec)) {
+        if (entry.path().extension() == ".json") known.push_back(entry.path().stem().string());
+      }
+      std::sort(known.begin(), known.end());
+      fail("--profile", std::string(name_or_path),
+           "expected a profile file or one of the names in {}: {}", dir.string(),
+           fmt::format("{}", fmt::join(known, ", ")));
+    }
+  }
+  std::ifstream in(path);
+  if (!in) fail(path.string(), "(file)", "cannot be opened");
+  std::stringstream text;
+  text << in.rdbuf();
+  nlohmann::json json;
+  try {
+    json = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path.string(), "(json)", "expected valid JSON: {}", e.what());
+  }
+  return parse_profile(json, path.string());
+}
+
+}  // namespace steermoe::schedule

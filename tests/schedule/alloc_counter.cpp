@@ -1,0 +1,33 @@
+#include "alloc_counter.hpp"
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1);
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept {
+  std::free(p);
+}
+void operator delete(void* p, std::size_t) noexcept {
+  std::free(p);
+}
+
+namespace steermoe::testing {
+void start_counting_allocations() {
+  g_allocations = 0;
+  g_counting = true;
+}
+int64_t stop_counting_allocations() {
+  g_counting = false;
+  return g_allocations.exchange(0);
+}
+}  // namespace steermoe::testing

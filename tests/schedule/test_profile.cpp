@@ -1,0 +1,71 @@
+// Hardware profiles: every shipped profile parses, and the paper's figures are what they say.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "schedule/profile.hpp"
+
+namespace steermoe::schedule {
+namespace {
+
+const std::filesystem::path kDir = std::filesystem::path(STEERMOE_SOURCE_DIR) / "data/profiles";
+
+TEST(Profile, EveryShippedProfileParsesAndIsNamedAfterItsFile) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(kDir)) {
+    if (entry.path().extension() != ".json") continue;
+    const HardwareProfile p = load_profile(entry.path().string());
+    EXPECT_EQ(p.name, entry.path().stem().string());
+    EXPECT_GT(p.link_bandwidth_bytes_per_s, 0);
+    EXPECT_GT(p.expert_bytes, 0);
+    EXPECT_GT(p.layers, 0);
+    ++count;
+  }
+  EXPECT_GE(count, 5);
+}
+
+TEST(Profile, Rtx4090OlmoeMatchesThePaper) {
+  const HardwareProfile p = load_profile("rtx4090-olmoe", kDir);
+  const double copy = p.link_latency_s + p.expert_bytes / p.link_bandwidth_bytes_per_s;
+  EXPECT_NEAR(copy * 1e3, 0.55, 0.005);  // one 12.6 MB expert copy, 0.55 ms
+  EXPECT_NEAR(p.resident_token_seconds(16, 8) * 1e3, 6.8, 1e-9);
+  EXPECT_NEAR(p.host_policy_s * 1e6, 20, 1e-9);
+}
+
+TEST(Profile, Qwen36IsComputeBound) {
+  const HardwareProfile p = load_profile("rtx4090-qwen36", kDir);
+  EXPECT_NEAR(p.resident_token_seconds(40, 8) * 1e3, 22.9, 1e-9);
+  const double copy = p.link_latency_s + p.expert_bytes / p.link_bandwidth_bytes_per_s;
+  EXPECT_NEAR(copy * 1e3, 0.14, 0.005);
+}
+
+TEST(Profile, ErrorsNameTheFieldAndTheKnownProfiles) {
+  try {
+    load_profile("no-such-machine", kDir);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("rtx4090-olmoe"), std::string::npos) << e.what();
+  }
+  nlohmann::json j = {
+      {"name", "x"},
+      {"link", {{"bandwidth_GBps", -1}}},
+      {"expert_bytes", 10},
+      {"compute_us", {{"attention", 1}, {"moe_fixed", 1}, {"moe_per_expert", 1}, {"head", 1}}},
+      {"host_policy_us", 1}};
+  try {
+    parse_profile(j, "x.json");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("bandwidth_GBps"), std::string::npos) << e.what();
+  }
+  j["link"]["bandwidth_GBps"] = 10;
+  j["compute_us"].erase("head");
+  EXPECT_THROW(parse_profile(j, "x.json"), Error);
+  j["compute_us"]["head"] = 1;
+  const HardwareProfile ok = parse_profile(j, "x.json");
+  EXPECT_NEAR(parse_profile(ok.to_json(), "round trip").link_bandwidth_bytes_per_s, 10e9, 1e-3);
+}
+
+}  // namespace
+}  // namespace steermoe::schedule

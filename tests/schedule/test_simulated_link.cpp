@@ -1,0 +1,71 @@
+// The simulated clock: one FIFO copy stream, copies take latency + bytes / bandwidth.
+#include <gtest/gtest.h>
+
+#include "common/error.hpp"
+#include "link/simulated_link.hpp"
+
+namespace steermoe::link {
+namespace {
+
+constexpr double kEps = 1e-12;
+
+TEST(SimulatedLink, CopiesRunOneAfterAnotherInEnqueueOrder) {
+  // 1000 bytes at 1 MB/s = 1 ms, plus 0.5 ms latency per copy.
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0.5e-3});
+  link.enable_log(true);
+  EXPECT_EQ(link.enqueue({.layer = 0, .slot = 0, .expert = 3, .bytes = 1000}), 1);
+  EXPECT_EQ(link.enqueue({.layer = 0, .slot = 1, .expert = 4, .bytes = 2000}), 2);
+  EXPECT_NEAR(link.completion_time(1), 1.5e-3, kEps);
+  EXPECT_NEAR(link.completion_time(2), 4.0e-3, kEps);  // starts when copy 1 ends
+  EXPECT_EQ(link.completed(), 0);
+  link.advance(1.5e-3);
+  EXPECT_EQ(link.completed(), 1);
+  EXPECT_TRUE(link.is_complete(1));
+  EXPECT_FALSE(link.is_complete(2));
+  // The link is idle after 4 ms; a copy enqueued at 10 ms starts at once.
+  link.advance(8.5e-3);
+  EXPECT_EQ(link.completed(), 2);
+  EXPECT_EQ(link.enqueue({.layer = 1, .slot = 0, .expert = 5, .bytes = 1000}), 3);
+  EXPECT_NEAR(link.completion_time(3), 11.5e-3, kEps);
+  ASSERT_EQ(link.log().size(), 3u);
+  EXPECT_NEAR(link.log()[2].start, 10e-3, kEps);
+  EXPECT_NEAR(link.log()[1].start, 1.5e-3, kEps);
+  // Retired tickets still answer from the log.
+  EXPECT_NEAR(link.completion_time(1), 1.5e-3, kEps);
+  EXPECT_EQ(link.bytes_moved(), 4000);
+  EXPECT_NEAR(link.busy_seconds(), 5.5e-3, kEps);
+}
+
+TEST(SimulatedLink, WaitAdvancesTheClockToTheCompletionOnlyIfNeeded) {
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0});
+  const Ticket a = link.enqueue({.bytes = 1000});
+  const Ticket b = link.enqueue({.bytes = 1000});
+  link.wait(a);
+  EXPECT_NEAR(link.now(), 1e-3, kEps);
+  EXPECT_EQ(link.completed(), a);
+  link.advance(5e-3);  // b finished at 2 ms, long ago
+  link.wait(b);
+  EXPECT_NEAR(link.now(), 6e-3, kEps);
+  link.wait(kNoTicket);  // no copy: nothing to wait for
+  EXPECT_NEAR(link.now(), 6e-3, kEps);
+}
+
+TEST(SimulatedLink, RingGrowsPastItsInitialCapacityWithoutLosingOrder) {
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e9, .latency_s = 1e-6});
+  for (int i = 0; i < 1000; ++i) link.enqueue({.bytes = 1000});  // 2 us each
+  link.advance(1.0005e-3);  // 500 copies done (the 501st ends at 1.002 ms)
+  EXPECT_EQ(link.completed(), 500);
+  for (int i = 0; i < 300; ++i) link.enqueue({.bytes = 1000});
+  EXPECT_NEAR(link.completion_time(1300), 1300 * 2e-6, 1e-12);
+  link.wait(1300);
+  EXPECT_EQ(link.completed(), 1300);
+  EXPECT_NEAR(link.now(), 2.6e-3, 1e-12);
+}
+
+TEST(SimulatedLink, RejectsNonPositiveBandwidth) {
+  EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 0, .latency_s = 0}), Error);
+  EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 1e9, .latency_s = -1}), Error);
+}
+
+}  // namespace
+}  // namespace steermoe::link
