@@ -1,0 +1,252 @@
+// Kernel throughput at the shapes decode spends its time on, and the machine's read bandwidth
+// (the floor decode is measured against). Run with --benchmark_format=json; every benchmark reports
+// bytes_per_second for the bytes it must read from memory.
+//
+//   bench_kernels --benchmark_filter='ReadBandwidth|MatvecBF16'    # bandwidth floor vs matvec
+#include <benchmark/benchmark.h>
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+
+namespace {
+
+using namespace steermoe::kernels;
+
+ThreadPool& pool_of(size_t threads) {
+  static std::map<size_t, std::unique_ptr<ThreadPool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<ThreadPool>(threads);
+  return *p;
+}
+
+// Buffers are filled (touched) once and reused across benchmarks of the same size.
+template <typename T>
+std::vector<T>& buffer(size_t n, int which) {
+  static std::map<std::pair<size_t, int>, std::vector<T>> buffers;
+  auto& b = buffers[{n, which}];
+  if (b.size() != n) {
+    b.resize(n);
+    std::mt19937 rng(static_cast<unsigned>(n + which));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (auto& v : b) {
+      if constexpr (std::is_same_v<T, float>) {
+        v = dist(rng);
+      } else {
+        v = f32_to_bf16(dist(rng));
+      }
+    }
+  }
+  return b;
+}
+
+bool select_isa(benchmark::State& state, Isa isa) {
+  if (!isa_available(isa)) {
+    state.SkipWithError("CPU lacks this instruction set");
+    return false;
+  }
+  set_active_isa(isa);
+  state.SetLabel(std::string(isa_name(isa)));
+  return true;
+}
+
+// ---- Read bandwidth: sum over a 1 GiB buffer ------------------------------------------------
+
+constexpr size_t kBandwidthBytes = size_t{1} << 30;
+
+__attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+  }
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  float s = 0.0f;
+  for (float v : lanes) s += v;
+  return s;
+}
+
+__attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+  }
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  float s = 0.0f;
+  for (float v : lanes) s += v;
+  return s;
+}
+
+// Args: simd (0 = AVX2, 1 = AVX-512), threads.
+void BM_ReadBandwidth(benchmark::State& state) {
+  const bool avx512 = state.range(0) == 1;
+  if (!isa_available(avx512 ? Isa::kAvx512 : Isa::kAvx2)) {
+    state.SkipWithError("CPU lacks this instruction set");
+    return;
+  }
+  const auto threads = static_cast<size_t>(state.range(1));
+  auto& data = buffer<float>(kBandwidthBytes / sizeof(float), 0);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : state) {
+    pool.parallel_for(
+        data.size(),
+        [&](size_t b, size_t e) {
+          const float s =
+              avx512 ? sum_avx512(data.data() + b, e - b) : sum_avx2(data.data() + b, e - b);
+          benchmark::DoNotOptimize(s);
+        },
+        4096);
+  }
+  state.SetLabel(avx512 ? "avx512" : "avx2");
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
+                          static_cast<int64_t>(kBandwidthBytes));
+}
+BENCHMARK(BM_ReadBandwidth)
+    ->ArgNames({"avx512", "threads"})
+    ->Args({1, 1})
+    ->Args({1, 2})
+    ->Args({0, 1})
+    ->Args({0, 2})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ---- Matvec over BF16 experts --------------------------------------------------------------
+
+// Enough distinct matrices (>= 512 MiB) that each call streams its weights from DRAM, as decode
+// does when it visits a new expert.
+constexpr size_t kWeightPoolBytes = size_t{512} << 20;
+
+// Args: rows, cols, isa, threads, dtype (0 f32, 1 bf16).
+void BM_Matvec(benchmark::State& state) {
+  const auto rows = static_cast<size_t>(state.range(0));
+  const auto cols = static_cast<size_t>(state.range(1));
+  if (!select_isa(state, static_cast<Isa>(state.range(2)))) return;
+  const auto threads = static_cast<size_t>(state.range(3));
+  const DType dtype = state.range(4) == 0 ? DType::kF32 : DType::kBF16;
+  const size_t matrix_bytes = rows * cols * dtype_size(dtype);
+  const size_t count = std::max<size_t>(1, kWeightPoolBytes / matrix_bytes);
+  auto& weights = buffer<uint16_t>(kWeightPoolBytes / 2, 1);
+  const auto& x = buffer<float>(cols, 2);
+  std::vector<float> y(rows);
+  ThreadPool& pool = pool_of(threads);
+  size_t next = 0;
+  for (auto _ : state) {
+    const Matrix w{.data = reinterpret_cast<const char*>(weights.data()) + next * matrix_bytes,
+                   .dtype = dtype,
+                   .rows = rows,
+                   .cols = cols};
+    matvec(pool, w, x.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % count;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * matrix_bytes));
+}
+
+void matvec_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"rows", "cols", "isa", "threads", "bf16"});
+  for (int threads : {1, 2}) {
+    for (auto shape : {std::pair{1024, 2048}, std::pair{2048, 1024}}) {
+      for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+        if (isa == Isa::kScalar && threads == 2) continue;
+        b->Args({shape.first, shape.second, static_cast<int>(isa), threads, 1});
+      }
+    }
+  }
+  // An f32 matrix (router, norms-sized outputs) for comparison.
+  b->Args({1024, 2048, static_cast<int>(Isa::kAvx512), 1, 0});
+}
+BENCHMARK(BM_Matvec)->Apply(matvec_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+// ---- Prefill product: n tokens through one expert ------------------------------------------
+
+// Args: n, isa, threads. Reports weight bytes/s and flops (items = multiply-adds).
+void BM_MatmulBF16(benchmark::State& state) {
+  const auto n = static_cast<size_t>(state.range(0));
+  if (!select_isa(state, static_cast<Isa>(state.range(1)))) return;
+  const auto threads = static_cast<size_t>(state.range(2));
+  const size_t rows = 1024, cols = 2048;
+  auto& weights = buffer<uint16_t>(rows * cols, 3);
+  const auto& x = buffer<float>(n * cols, 4);
+  std::vector<float> y(n * rows);
+  ThreadPool& pool = pool_of(threads);
+  const Matrix w{.data = weights.data(), .dtype = DType::kBF16, .rows = rows, .cols = cols};
+  for (auto _ : state) {
+    matmul(pool, w, x.data(), n, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * 2));
+  state.counters["GMAC/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * rows * cols * n) * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_MatmulBF16)
+    ->ArgNames({"n", "isa", "threads"})
+    ->Args({64, static_cast<int>(Isa::kAvx512), 1})
+    ->Args({64, static_cast<int>(Isa::kAvx512Bf16), 1})
+    ->Args({64, static_cast<int>(Isa::kAvx512Bf16), 2})
+    ->Args({256, static_cast<int>(Isa::kAvx512Bf16), 1})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ---- Attention over an f32 KV cache ---------------------------------------------------------
+
+// Args: n_heads, n_kv_heads, head_dim_k, head_dim_v, n_pos, threads. Bytes = the K and V read.
+void BM_Attention(benchmark::State& state) {
+  AttentionParams p;
+  p.n_heads = static_cast<size_t>(state.range(0));
+  p.n_kv_heads = static_cast<size_t>(state.range(1));
+  p.head_dim_k = static_cast<size_t>(state.range(2));
+  p.head_dim_v = static_cast<size_t>(state.range(3));
+  p.scale = 1.0f / std::sqrt(static_cast<float>(p.head_dim_k));
+  const auto n_pos = static_cast<size_t>(state.range(4));
+  const auto threads = static_cast<size_t>(state.range(5));
+  set_active_isa(best_isa());
+  state.SetLabel(std::string(isa_name(best_isa())));
+  const auto& q = buffer<float>(p.n_heads * p.head_dim_k, 5);
+  const auto& k = buffer<float>(n_pos * p.n_kv_heads * p.head_dim_k, 6);
+  const auto& v = buffer<float>(n_pos * p.n_kv_heads * p.head_dim_v, 7);
+  std::vector<float> out(p.n_heads * p.head_dim_v);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : state) {
+    attention(pool, q.data(), k.data(), v.data(), n_pos, out.data(), p);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (k.size() + v.size()) * 4));
+}
+BENCHMARK(BM_Attention)
+    ->ArgNames({"heads", "kv_heads", "dk", "dv", "n_pos", "threads"})
+    ->Args({16, 16, 128, 128, 512, 1})   // OLMoE
+    ->Args({16, 16, 128, 128, 4096, 1})  // OLMoE, long context
+    ->Args({16, 16, 128, 128, 4096, 2})
+    ->Args({32, 4, 128, 128, 4096, 1})   // Qwen3-MoE GQA
+    ->Args({16, 16, 192, 128, 4096, 1})  // MLA (Moonlight)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
