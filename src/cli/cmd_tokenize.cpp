@@ -1,0 +1,116 @@
+// `steermoe tokenize` / `steermoe detokenize`: text <-> token ids with the model's tokenizer
+// (a .gguf file, an HF folder with tokenizer.json, or a tokenizer.json file).
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+namespace {
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "open", "expected a readable text file");
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  return std::move(buffer).str();
+}
+
+// "1,2,3", "1 2 3" or "[1, 2, 3]".
+std::vector<tokenizer::TokenId> parse_ids(const std::string& text) {
+  std::vector<tokenizer::TokenId> ids;
+  size_t pos = 0;
+  const auto is_separator = [](char c) {
+    return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '[' || c == ']';
+  };
+  while (pos < text.size()) {
+    if (is_separator(text[pos])) {
+      ++pos;
+      continue;
+    }
+    size_t end = pos;
+    while (end < text.size() && !is_separator(text[end])) ++end;
+    const std::string item = text.substr(pos, end - pos);
+    long long value = 0;
+    size_t used = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || value < 0 || value > INT32_MAX)
+      fail("--ids", "token id", "expected non-negative integers separated by commas, found \"{}\"",
+           item);
+    ids.push_back(static_cast<tokenizer::TokenId>(value));
+    pos = end;
+  }
+  return ids;
+}
+
+}  // namespace
+
+void add_tokenize_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string text;
+    std::string file;
+    bool no_parse_special = false;
+    bool add_special = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "tokenize", "Print the token ids of a text as a JSON array (byte-level BPE tokenizer)");
+  cmd->add_option(
+         "-m,--model", options->model,
+         "Tokenizer source: a .gguf file, a folder with tokenizer.json, or a tokenizer.json")
+      ->required();
+  CLI::Option* text = cmd->add_option("--text", options->text, "Text to tokenize");
+  CLI::Option* file = cmd->add_option("--file", options->file, "File whose contents to tokenize");
+  text->excludes(file);
+  cmd->add_flag("--no-parse-special", options->no_parse_special,
+                "Treat control tokens typed in the text (<|endoftext|>, ...) as plain text "
+                "(llama.cpp parse_special=false); default: match them, as HF tokenizers does");
+  cmd->add_flag("--add-special", options->add_special,
+                "Add BOS/EOS where the tokenizer asks for it (add_bos_token / add_eos_token)");
+  cmd->final_callback([options, text, file] {
+    if (text->count() == 0 && file->count() == 0)
+      fail("tokenize", "input", "expected --text or --file");
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(options->model);
+    const std::string input = file->count() ? read_file(options->file) : options->text;
+    const std::vector<tokenizer::TokenId> ids = tok.encode(
+        input, {.parse_special = !options->no_parse_special, .add_special = options->add_special});
+    std::printf("%s\n", nlohmann::json(ids).dump().c_str());
+  });
+}
+
+void add_detokenize_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string ids;
+    bool skip_special = false;
+  };
+  auto options = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "detokenize", "Print the text of token ids (bytes exactly as the tokens spell them)");
+  cmd->add_option(
+         "-m,--model", options->model,
+         "Tokenizer source: a .gguf file, a folder with tokenizer.json, or a tokenizer.json")
+      ->required();
+  cmd->add_option("--ids", options->ids, "Token ids, e.g. 1,2,3 or \"[1, 2, 3]\"")->required();
+  cmd->add_flag("--skip-special", options->skip_special, "Leave control tokens out of the text");
+  cmd->final_callback([options] {
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(options->model);
+    const std::string out =
+        tok.decode(parse_ids(options->ids), {.skip_special = options->skip_special});
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  });
+}
+
+}  // namespace steermoe::cli

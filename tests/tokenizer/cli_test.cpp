@@ -1,0 +1,95 @@
+// `steermoe tokenize` / `steermoe detokenize` end to end (runs the built binary).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "test_util.hpp"
+
+namespace steermoe::tokenizer {
+namespace {
+
+struct Result {
+  int status;
+  std::string output;
+};
+
+Result run(const std::string& arguments) {
+  const std::string command = std::string(STEERMOE_BINARY) + " " + arguments + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  Result result{-1, {}};
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer{};
+  size_t n = 0;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
+    result.output.append(buffer.data(), n);
+  result.status = pclose(pipe);
+  return result;
+}
+
+class TokenizeCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!std::filesystem::exists(STEERMOE_BINARY)) GTEST_SKIP() << "steermoe binary not built";
+  }
+  const std::string json_ = test::oracle_path("tokenizer.json").string();
+  const std::string gguf_ = test::oracle_path("model.gguf").string();
+};
+
+TEST_F(TokenizeCli, TokenizePrintsJsonIds) {
+  // Oracle case "hello".
+  for (const std::string& model : {json_, gguf_}) {
+    const Result r = run("tokenize -m " + model + " --text 'Hello world'");
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(nlohmann::json::parse(r.output),
+              nlohmann::json::parse("[72, 101, 360, 111, 278, 269, 602]"))
+        << r.output;
+  }
+}
+
+TEST_F(TokenizeCli, SpecialParsingFlag) {
+  // Oracle case "special_text_not_parsed".
+  const nlohmann::json cases =
+      nlohmann::json::parse(test::read_file(test::oracle_path("cases.json")));
+  nlohmann::json expected;
+  for (const auto& c : cases["cases"])
+    if (c["name"] == "special_text_not_parsed") expected = c;
+  ASSERT_FALSE(expected.is_null());
+  const test::TempDir dir;
+  test::write_file(dir.path() / "in.txt", expected["text"].get<std::string>());
+  const std::string input = " --file " + (dir.path() / "in.txt").string();
+  Result r = run("tokenize -m " + gguf_ + input + " --no-parse-special");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output), expected["ids"]);
+  r = run("tokenize -m " + gguf_ + input);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output), expected["ids_if_special_tokens_parsed"]);
+}
+
+TEST_F(TokenizeCli, DetokenizePrintsText) {
+  const Result r = run("detokenize -m " + json_ + " --ids 72,101,360,111,278,269,602,995");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_EQ(r.output, "Hello world<|endoftext|>");
+}
+
+TEST_F(TokenizeCli, ErrorsExitNonZeroWithMessage) {
+  Result r = run("detokenize -m " + json_ + " --ids 1,x");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, ::testing::HasSubstr("--ids"));
+  r = run("detokenize -m " + json_ + " --ids 5000");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, ::testing::HasSubstr("expected an id in [0, 1000)"));
+  r = run("tokenize -m /nonexistent/tokenizer.json --text hi");
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, ::testing::HasSubstr("/nonexistent/tokenizer.json"));
+  r = run("tokenize -m " + json_);
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, ::testing::HasSubstr("expected --text or --file"));
+}
+
+}  // namespace
+}  // namespace steermoe::tokenizer
