@@ -33,4 +33,12 @@ for f in build-fuzz/fuzz/fuzz_*; do
     -print_final_stats=0 2>&1 | tail -n 2
   rm -rf "$work"
 done
+echo "== CUDA kernels compile check (steermoe_kernels_cuda) =="
+if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTEERMOE_CUDA=ON \
+    -DSTEERMOE_TESTS=OFF -DSTEERMOE_BENCH=OFF >/dev/null
+  cmake --build build-cuda -j "$JOBS" --target steermoe_kernels_cuda
+else
+  echo "nvcc not found (neither on PATH nor /usr/local/cuda/bin): skipping the CUDA compile check"
+fi
 echo "all test stages passed"
