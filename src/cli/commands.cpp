@@ -5,7 +5,14 @@ namespace steermoe::cli {
 void add_all_commands(CLI::App& root) {
   // One line per command file (keep alphabetical).
   add_calibrate_command(root);
+  add_detokenize_command(root);
+  add_logits_command(root);
+  add_perplexity_command(root);
   add_replay_command(root);
+  add_run_command(root);
+  add_sim_command(root);
+  add_tokenize_command(root);
+  add_trace_command(root);
   add_trace_synth_command(root);
   (void)root;
 }

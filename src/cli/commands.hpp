@@ -12,7 +12,14 @@ void add_all_commands(CLI::App& root);
 
 // One declaration per command file (keep alphabetical).
 void add_calibrate_command(CLI::App& root);
+void add_detokenize_command(CLI::App& root);
+void add_logits_command(CLI::App& root);
+void add_perplexity_command(CLI::App& root);
 void add_replay_command(CLI::App& root);
+void add_run_command(CLI::App& root);
+void add_sim_command(CLI::App& root);
+void add_tokenize_command(CLI::App& root);
+void add_trace_command(CLI::App& root);
 void add_trace_synth_command(CLI::App& root);
 
 }  // namespace steermoe::cli

@@ -1,0 +1,93 @@
+// `steermoe run`: generates text from a prompt, streaming it, then prints prompt and decode
+// speed (stderr) in the style of llama.cpp's main.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "engine/engine.hpp"
+#include "engine/sampler.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+
+void add_run_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string prompt;
+    int n_predict = 64;
+    int threads = 1;
+    int context = 0;
+    float temperature = 0.0f;
+    float top_p = 1.0f;
+    uint64_t seed = 0;
+    std::string policy = "exact:evict=lru";
+    bool ignore_eos = false;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "run", "Generate text from a prompt (streams the text, then prints prompt and decode speed)");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
+  cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
+      ->check(CLI::Range(0, 1 << 22));
+  cmd->add_option("--temp", o->temperature, "Sampling temperature (0: greedy)")
+      ->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", o->top_p, "Nucleus sampling: keep tokens up to this probability mass")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--seed", o->seed, "Random seed for sampling");
+  cmd->add_option("--policy", o->policy, "Routing policy string (policy/README.md)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
+  cmd->final_callback([o] {
+    using Clock = std::chrono::steady_clock;
+    auto model = model::Model::load(o->model);
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    const std::vector<int32_t> prompt =
+        tok.encode(o->prompt, {.parse_special = true, .add_special = true});
+    if (prompt.empty())
+      fail(o->model, "prompt", "expected at least one token, the prompt encodes to none");
+    engine::Engine engine(*model,
+                          {.threads = o->threads, .context = o->context, .policy = o->policy});
+    if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {
+      fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",
+           prompt.size(), o->n_predict, engine.context());
+    }
+    engine::Sampler sampler(model->config().vocab,
+                            {.temperature = o->temperature, .top_p = o->top_p, .seed = o->seed});
+    std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
+    std::fflush(stdout);
+    const auto t0 = Clock::now();
+    std::span<const float> logits = engine.prefill(prompt);
+    const auto t1 = Clock::now();
+    const std::optional<int32_t> eos = tok.eos();
+    int generated = 0;
+    for (; generated < o->n_predict; ++generated) {
+      const int32_t next = sampler.sample(logits);
+      if (!o->ignore_eos && eos && next == *eos) break;
+      const std::string piece = tok.token_bytes(next);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+      if (generated + 1 < o->n_predict) logits = engine.decode(next);
+    }
+    const auto t2 = Clock::now();
+    std::fputc('\n', stdout);
+    const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
+    const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+    // `generated` tokens were sampled; generated - 1 of them were fed back (the last is not).
+    const int decoded = std::max(generated - 1, 0);
+    std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.2f tok/s)\n", prompt.size(),
+                 prompt_s * 1e3, static_cast<double>(prompt.size()) / prompt_s);
+    std::fprintf(stderr, "decode: %d tokens in %.1f ms (%.2f tok/s, %.2f ms/token), %d threads\n",
+                 decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0,
+                 decoded > 0 ? decode_s * 1e3 / decoded : 0.0, engine.threads());
+  });
+}
+
+}  // namespace steermoe::cli

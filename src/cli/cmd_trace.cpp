@@ -1,0 +1,105 @@
+// `steermoe trace`: runs a text file through the model (windows of --window tokens, each a
+// sequence) and records router scores and pre-gate scores in the trace format
+// (docs trace-format.md) with trace::TraceWriter.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "engine/engine.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "trace/trace.hpp"
+
+namespace steermoe::cli {
+
+void add_trace_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string file;
+    std::string output;
+    int window = 512;
+    int threads = 1;
+    int max_tokens = 0;
+    bool batched = true;
+    std::string policy = "exact:evict=lru";
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd =
+      root.add_subcommand("trace", "Record a router trace of a text file (trace format folder)");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("-f,--file", o->file, "Text file")->required();
+  cmd->add_option("-o,--output", o->output, "Trace folder to write")->required();
+  cmd->add_option("--window", o->window, "Tokens per sequence")->check(CLI::Range(1, 1 << 20));
+  cmd->add_option("--max-tokens", o->max_tokens, "Record at most this many tokens (0: all)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--policy", o->policy,
+                  "Routing policy the trace is recorded under (closed loop unless exact)");
+  cmd->final_callback([o] {
+    auto model = model::Model::load(o->model);
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    std::ifstream in(o->file, std::ios::binary);
+    if (!in) fail(o->file, "open", "expected a readable text file");
+    std::ostringstream text;
+    text << in.rdbuf();
+    std::vector<int32_t> ids = tok.encode(text.str(), {.parse_special = false});
+    if (o->max_tokens > 0 && ids.size() > static_cast<size_t>(o->max_tokens)) {
+      ids.resize(static_cast<size_t>(o->max_tokens));
+    }
+    if (ids.empty()) fail(o->file, "text", "expected at least one token");
+    const model::ModelConfig& cfg = model->config();
+    engine::Engine engine(*model,
+                          {.threads = o->threads, .context = o->window, .policy = o->policy});
+    const policy::RouterSpec spec = engine.routing().spec();
+    trace::TraceMeta meta;
+    meta.layers = spec.layers;
+    meta.experts = spec.experts;
+    meta.top_k = spec.top_k;
+    meta.router = spec.mode == policy::ScoreMode::kSigmoid ? "sigmoid" : "softmax";
+    for (int l = 0; l < cfg.layers; ++l) {
+      if (cfg.moe_layer[static_cast<size_t>(l)]) meta.moe_layer_ids.push_back(l);
+    }
+    meta.model = o->model;
+    meta.n_group = spec.n_group;
+    meta.topk_group = spec.topk_group;
+    meta.norm_topk_prob = spec.norm_topk_prob;
+    meta.routed_scaling_factor = spec.routed_scaling_factor;
+    meta.window = spec.default_window;
+    meta.vocab = cfg.vocab;
+    if (o->policy != "exact:evict=lru") meta.policy = o->policy;
+    const model::LayerWeights& first_moe = model->layer(meta.moe_layer_ids.front());
+    meta.expert_bytes = model::matrix_bytes(first_moe.experts[0].gate) +
+                        model::matrix_bytes(first_moe.experts[0].up) +
+                        model::matrix_bytes(first_moe.experts[0].down);
+    meta.extra["model_summary"] = cfg.summary();
+    const bool sigmoid = spec.mode == policy::ScoreMode::kSigmoid;
+    trace::TraceWriter writer(o->output, meta, sigmoid);
+    engine::RoutingRecord record;
+    engine.set_recorder(&record);
+    const size_t le = static_cast<size_t>(spec.layers) * static_cast<size_t>(spec.experts);
+    for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(o->window)) {
+      const size_t end = std::min(ids.size(), begin + static_cast<size_t>(o->window));
+      record.clear();
+      engine.reset();
+      engine.prefill(std::span<const int32_t>(ids).subspan(begin, end - begin));
+      writer.begin_sequence();
+      for (size_t t = 0; t < record.steps(); ++t) {
+        writer.append_step(
+            record.tokens[t], std::span<const float>(record.scores).subspan(t * le, le),
+            std::span<const float>(record.pregate).subspan(t * le, le),
+            sigmoid ? std::span<const float>(record.weight_scores).subspan(t * le, le)
+                    : std::span<const float>());
+      }
+    }
+    writer.close();
+    std::fprintf(stderr, "trace: %zu steps, %d MoE layers x %d experts -> %s\n", ids.size(),
+                 spec.layers, spec.experts, o->output.c_str());
+  });
+}
+
+}  // namespace steermoe::cli
