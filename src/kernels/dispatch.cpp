@@ -8,6 +8,10 @@
 #include <memory>
 #include <new>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 #include "common/error.hpp"
 #include "kernels/kernels_internal.hpp"
 
@@ -86,19 +90,37 @@ std::string_view isa_name(Isa isa) {
   return "?";
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+namespace {
+// Features clang 14's __builtin_cpu_supports does not know ("f16c", "avx512bf16") are read from
+// CPUID directly; the OS's support for the register state they use is already established by the
+// avx2 / avx512f checks done through __builtin_cpu_supports.
+bool cpu_has_f16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (ecx & (1u << 29)) != 0;
+}
+
+bool cpu_has_avx512_bf16() {  // leaf 7 sub-leaf 1, EAX bit 5
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) == 0) return false;
+  return (eax & (1u << 5)) != 0;
+}
+}  // namespace
+#endif
+
 bool isa_available(Isa isa) {
 #if defined(__x86_64__) || defined(__i386__)
   switch (isa) {
     case Isa::kScalar:
       return true;
     case Isa::kAvx2:
-      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-             __builtin_cpu_supports("f16c");
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && cpu_has_f16c();
     case Isa::kAvx512:
       return isa_available(Isa::kAvx2) && __builtin_cpu_supports("avx512f");
     case Isa::kAvx512Bf16:
       return isa_available(Isa::kAvx512) && __builtin_cpu_supports("avx512bw") &&
-             __builtin_cpu_supports("avx512bf16");
+             cpu_has_avx512_bf16();
   }
   return false;
 #else
