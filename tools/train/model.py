@@ -1,0 +1,218 @@
+"""OLMoE-architecture model (PyTorch) for steer-olmoe-tiny.
+
+Semantics follow /work/shared/docs/architectures.md section 1 and HF OlmoeForCausalLM:
+  pre-norm blocks, RMSNorm (eps 1e-5, weight * normalised x), q_norm / k_norm over the WHOLE
+  q / k projection (not per head), NeoX rotate-half RoPE over the full head (theta 1e4),
+  causal softmax attention with scale head_dim^-0.5, no biases, router = softmax(gate(x)) in
+  fp32, top-k (8) without renormalisation, SwiGLU experts down(silu(gate(x)) * up(x)),
+  no shared expert, untied lm_head, no embedding scaling.
+
+Expert weights are held fused in memory ([E, H, 2I] gate|up and [E, I, H] down) and run as
+one padded batched matmul per layer (no token dropping: the pad is the largest expert load of
+the batch); export.py writes them one tensor per expert under the HF OLMoE names.
+"""
+import math
+from dataclasses import asdict, dataclass
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class Config:
+    vocab_size: int = 4096
+    hidden_size: int = 256
+    intermediate_size: int = 64      # expert FFN width
+    num_hidden_layers: int = 8
+    num_attention_heads: int = 4
+    num_experts: int = 64
+    num_experts_per_tok: int = 8
+    max_position_embeddings: int = 256
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    router_aux_loss_coef: float = 0.01
+    router_z_loss_coef: float = 0.001
+
+    @property
+    def head_dim(self):
+        return self.hidden_size // self.num_attention_heads
+
+    def to_dict(self):
+        return asdict(self)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x):
+        xf = x.float()
+        y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * y.to(x.dtype)
+
+
+def rope_cos_sin(seq_len, head_dim, theta, device):
+    inv_freq = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.float32, device=device) / head_dim))
+    pos = torch.arange(seq_len, dtype=torch.float32, device=device)
+    freqs = torch.outer(pos, inv_freq)                 # [S, d/2]
+    emb = torch.cat([freqs, freqs], dim=-1)            # [S, d]  (NeoX layout)
+    return emb.cos(), emb.sin()
+
+
+def rotate_half(x):
+    d = x.shape[-1] // 2
+    return torch.cat([-x[..., d:], x[..., :d]], dim=-1)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        H = cfg.hidden_size
+        self.cfg = cfg
+        self.q_proj = nn.Linear(H, H, bias=False)
+        self.k_proj = nn.Linear(H, H, bias=False)
+        self.v_proj = nn.Linear(H, H, bias=False)
+        self.o_proj = nn.Linear(H, H, bias=False)
+        self.q_norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(H, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin):
+        B, S, H = x.shape
+        nh, hd = self.cfg.num_attention_heads, self.cfg.head_dim
+        q = self.q_norm(self.q_proj(x)).view(B, S, nh, hd).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x)).view(B, S, nh, hd).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, nh, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        att = (q @ k.transpose(-1, -2)) * (hd ** -0.5)
+        mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
+        att = att.masked_fill(mask, float("-inf"))
+        att = torch.softmax(att.float(), dim=-1).to(q.dtype)
+        y = (att @ v).transpose(1, 2).reshape(B, S, H)
+        return self.o_proj(y)
+
+
+class MoE(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        E, H, I = cfg.num_experts, cfg.hidden_size, cfg.intermediate_size
+        self.gate = nn.Linear(H, E, bias=False)                       # router
+        self.w_gate_up = nn.Parameter(torch.empty(E, H, 2 * I))      # x @ w -> [gate | up]
+        self.w_down = nn.Parameter(torch.empty(E, I, H))
+        self.impl = "loop"    # "loop": one matmul per expert; "bmm": padded batched matmul
+
+    def forward(self, x):
+        """x [T, H] -> (y [T, H], router_logits [T, E] fp32, topk_idx [T, k])"""
+        cfg = self.cfg
+        T, H = x.shape
+        E, k, I = cfg.num_experts, cfg.num_experts_per_tok, cfg.intermediate_size
+        logits = F.linear(x.float(), self.gate.weight.float())
+        probs = torch.softmax(logits, dim=-1)
+        topw, topi = torch.topk(probs, k, dim=-1)                     # no renormalisation
+        topw = topw.to(x.dtype)
+
+        flat_e = topi.reshape(-1)                                     # [T*k]
+        order = torch.argsort(flat_e, stable=True)
+        e_sorted = flat_e[order]
+        tok_sorted = order // k
+        counts = torch.bincount(flat_e, minlength=E)
+        starts = torch.cumsum(counts, 0) - counts
+        pos = torch.arange(T * k, device=x.device) - starts[e_sorted]
+        if self.impl == "loop":
+            xs = x[tok_sorted]
+            outs = []
+            for e, xe in enumerate(torch.split(xs, counts.tolist())):
+                if xe.shape[0] == 0:
+                    continue
+                gu = xe @ self.w_gate_up[e]
+                outs.append((F.silu(gu[:, :I]) * gu[:, I:]) @ self.w_down[e])
+            out_sorted = torch.cat(outs, 0) * topw.reshape(-1)[order].unsqueeze(-1)
+        else:
+            C = int(counts.max().item())
+            buf = x.new_zeros(E, C, H)
+            buf = buf.index_put((e_sorted, pos), x[tok_sorted])
+            gu = torch.bmm(buf, self.w_gate_up)                       # [E, C, 2I]
+            h = F.silu(gu[..., :I]) * gu[..., I:]
+            out = torch.bmm(h, self.w_down)                           # [E, C, H]
+            out_sorted = out[e_sorted, pos] * topw.reshape(-1)[order].unsqueeze(-1)
+        y = torch.zeros_like(x).index_add(0, tok_sorted, out_sorted)
+        return y, logits, topi
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = MoE(cfg)
+
+    def forward(self, x, cos, sin):
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        B, S, H = h.shape
+        b = self.post_attention_layernorm(h)
+        y, logits, topi = self.mlp(b.reshape(B * S, H))
+        return h + y.view(B, S, H), logits, topi, b
+
+
+class OlmoeTiny(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([Block(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def init_weights(self, seed, std=0.02):
+        g = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            if p.dim() == 1:
+                nn.init.ones_(p)
+            else:
+                with torch.no_grad():
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+        # residual-output projections scaled down with depth (GPT-2 style)
+        with torch.no_grad():
+            s = 1.0 / math.sqrt(2 * self.cfg.num_hidden_layers)
+            for layer in self.layers:
+                layer.self_attn.o_proj.weight.mul_(s)
+                layer.mlp.w_down.mul_(s)
+
+    def forward(self, ids, return_aux=False):
+        B, S = ids.shape
+        cos, sin = rope_cos_sin(S, self.cfg.head_dim, self.cfg.rope_theta, ids.device)
+        x = self.embed_tokens(ids)
+        all_logits, all_topi, all_inputs = [], [], []
+        for layer in self.layers:
+            x, rl, ti, b = layer(x, cos, sin)
+            all_logits.append(rl)
+            all_topi.append(ti)
+            all_inputs.append(b)
+        logits = self.lm_head(self.norm(x))
+        if return_aux:
+            return logits, all_logits, all_topi, all_inputs
+        return logits
+
+    def aux_losses(self, router_logits, topis):
+        """OLMoE / megablocks-style losses, averaged over layers.
+        load balancing: E * sum_e f_e * P_e (f_e = fraction of the T*k assignments to e,
+        P_e = mean router probability of e); 1.0 at perfect balance.
+        z-loss: mean over tokens of logsumexp(router logits)^2."""
+        E, k = self.cfg.num_experts, self.cfg.num_experts_per_tok
+        lb, z = 0.0, 0.0
+        for rl, ti in zip(router_logits, topis):
+            probs = torch.softmax(rl, dim=-1)
+            f = torch.bincount(ti.reshape(-1), minlength=E).float() / ti.numel()
+            lb = lb + E * (f * probs.mean(0)).sum()
+            z = z + torch.logsumexp(rl, dim=-1).pow(2).mean()
+        n = len(router_logits)
+        return lb / n, z / n
+
+
+def num_params(model):
+    return sum(p.numel() for p in model.parameters())
