@@ -459,7 +459,9 @@ TEST(GgufReader, FuzzSeedCorpusIsValid) {
     const GgufFile f = GgufFile::open(entry.path());
     EXPECT_LE(std::filesystem::file_size(entry.path()), 8192u);
     for (const auto& info : f.tensor_infos()) {
-      if (info.dtype) EXPECT_EQ(f.tensor(info.name).nbytes, info.nbytes);
+      if (info.dtype) {
+        EXPECT_EQ(f.tensor(info.name).nbytes, info.nbytes);
+      }
     }
     ++files;
   }
