@@ -247,6 +247,20 @@ BENCHMARK(BM_Attention)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
+// ---- Thread pool synchronisation cost -----------------------------------------------------------
+
+// An empty parallel_for: the fixed cost every threaded kernel call pays (decode makes hundreds of
+// calls per token, so this times the call count is the threading overhead per token).
+void BM_ParallelForOverhead(benchmark::State& state) {
+  ThreadPool& pool = pool_of(static_cast<size_t>(state.range(0)));
+  std::vector<size_t> sink(64);
+  for (auto _ : state) {
+    pool.parallel_for(64, [&](size_t b, size_t e) { sink[b] = e; });
+    benchmark::DoNotOptimize(sink.data());
+  }
+}
+BENCHMARK(BM_ParallelForOverhead)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime();
+
 }  // namespace
 
 BENCHMARK_MAIN();

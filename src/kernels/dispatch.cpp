@@ -250,6 +250,33 @@ void matmul(ThreadPool& pool, const Matrix& w, const float* x, size_t n, float* 
       kRowGrain);
 }
 
+void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs) {
+  size_t total_rows = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    check_matrix(jobs[j].w);
+    total_rows += jobs[j].w.rows;
+  }
+  const KernelTable& k = active_kernels();
+  // [begin, end) indexes the rows of all jobs laid end to end.
+  pool.parallel_for(
+      total_rows,
+      [&](size_t begin, size_t end) {
+        size_t job_start = 0;
+        for (size_t j = 0; j < n_jobs && job_start < end; ++j) {
+          const MatvecJob& job = jobs[j];
+          const size_t job_end = job_start + job.w.rows;
+          const size_t lo = std::max(begin, job_start);
+          const size_t hi = std::min(end, job_end);
+          if (lo < hi) {
+            k.matvec_rows(job.w, job.x, job.y + (lo - job_start), lo - job_start, hi - job_start,
+                          job.params);
+          }
+          job_start = job_end;
+        }
+      },
+      kRowGrain);
+}
+
 void rmsnorm(const float* x, const float* weight, float* out, size_t n, RmsNormParams p) {
   active_kernels().rmsnorm(x, weight, out, n, p);
 }

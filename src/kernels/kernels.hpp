@@ -77,6 +77,18 @@ void matvec(ThreadPool& pool, const Matrix& w, const float* x, float* y, MatvecP
 void matmul(ThreadPool& pool, const Matrix& w, const float* x, size_t n, float* y,
             MatvecParams p = {}, size_t x_stride = 0, size_t y_stride = 0);
 
+// Several independent products run in one parallel_for (one synchronisation instead of one per
+// matrix: decode's q/k/v projections, or the gate_up matrices of the selected experts). The rows of
+// all jobs are split across threads together; results are bit-identical to calling matvec() on
+// each job. Jobs must not write to each other's inputs.
+struct MatvecJob {
+  Matrix w;
+  const float* x = nullptr;
+  float* y = nullptr;
+  MatvecParams params;
+};
+void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs);
+
 // ---- Normalisation, activation, positional encoding -----------------------------------------
 
 struct RmsNormParams {

@@ -117,6 +117,27 @@ TEST_P(ThreadCounts, MatvecAndMatmulAreBitIdentical) {
   }
 }
 
+TEST_P(ThreadCounts, MatvecBatchEqualsSeparateMatvecs) {
+  std::mt19937 rng(23);
+  TestMatrix a(rng, DType::kBF16, 37, 100, 1), b(rng, DType::kF32, 5, 33, 0),
+      c(rng, DType::kF16, 64, 64, 2);
+  const auto x = random_floats(rng, 100);
+  for (size_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> ya(37), yb(5, 2.0f), yc(64), ea(37), eb(5, 2.0f), ec(64);
+    const MatvecJob jobs[] = {{a.view(), x.data(), ya.data(), {}},
+                              {b.view(), x.data(), yb.data(), {.scale = 3.0f, .accumulate = true}},
+                              {c.view(), x.data(), yc.data(), {}}};
+    matvec_batch(pool, jobs, 3);
+    matvec(pool, a.view(), x.data(), ea.data());
+    matvec(pool, b.view(), x.data(), eb.data(), {.scale = 3.0f, .accumulate = true});
+    matvec(pool, c.view(), x.data(), ec.data());
+    EXPECT_EQ(ya, ea) << threads;
+    EXPECT_EQ(yb, eb) << threads;
+    EXPECT_EQ(yc, ec) << threads;
+  }
+}
+
 TEST_P(ThreadCounts, AttentionAndPrefillAreBitIdenticalAndPrefillEqualsDecode) {
   std::mt19937 rng(21);
   const AttentionParams p = detail_params(6, 2, 48, 40);
@@ -150,8 +171,11 @@ TEST_P(ThreadCounts, NoAllocationAfterWarmUp) {
   const AttentionParams p = detail_params(4, 2, 32, 32);
   const auto kv = random_floats(rng, 40 * 2 * 32);
   std::vector<float> out(4 * 32);
+  const MatvecJob jobs[] = {{w.view(), x.data(), y.data(), {}},
+                            {w.view(), x.data(), y.data() + 64, {}}};
   auto run_all = [&] {
     matvec(pool, w.view(), x.data(), y.data());
+    matvec_batch(pool, jobs, 2);
     matmul(pool, w.view(), x.data(), 5, y.data());
     attention(pool, x.data(), kv.data(), kv.data(), 40, out.data(), p);
     rmsnorm(x.data(), nullptr, y.data(), 64);
