@@ -1,0 +1,102 @@
+// Binding weights checks names, dtypes and shapes: a GGUF rewritten with one tensor missing,
+// mis-shaped or of an unusable dtype is rejected with the tensor named in the message.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "common/error.hpp"
+#include "model/gguf.hpp"
+#include "model/weights.hpp"
+
+namespace steermoe::model {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::HasSubstr;
+
+const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+
+// Copies the olmoe oracle GGUF, letting `edit` change one tensor's (name, dtype, shape) or drop
+// it (return false).
+template <typename Edit>
+fs::path rewrite(const std::string& name, Edit edit) {
+  const GgufFile src = GgufFile::open(kOracle / "olmoe" / "model.gguf");
+  const fs::path out = fs::path(testing::TempDir()) / (name + ".gguf");
+  GgufWriter w(out);
+  for (const auto& [k, v] : src.metadata()) {
+    if (k != "general.alignment") w.add(k, v);
+  }
+  std::vector<std::vector<float>> keep;
+  for (const GgufTensorInfo& info : src.tensor_infos()) {
+    TensorView t = src.tensor(info.name);
+    std::string tname = t.name;
+    DType dtype = t.dtype;
+    std::vector<uint64_t> shape = t.shape;
+    if (!edit(tname, dtype, shape)) continue;
+    if (dtype == t.dtype && shape == t.shape) {
+      w.add_tensor(tname, dtype, shape, t.bytes());
+    } else {
+      uint64_t n = 1;
+      for (uint64_t d : shape) n *= d;
+      keep.emplace_back(n, 0.5f);
+      w.add_tensor_f32(tname, dtype == DType::kI32 ? DType::kF32 : dtype, shape, keep.back());
+    }
+  }
+  w.finish();
+  return out;
+}
+
+std::string load_error(const fs::path& p) {
+  try {
+    Model::load(p);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Binding, UnchangedCopyLoads) {
+  const fs::path p =
+      rewrite("same", [](std::string&, DType&, std::vector<uint64_t>&) { return true; });
+  auto m = Model::load(p);
+  EXPECT_EQ(m->config().layers, 3);
+  EXPECT_EQ(m->layer(1).experts.size(), 16u);
+}
+
+TEST(Binding, MissingTensorIsNamed) {
+  const fs::path p = rewrite("missing", [](std::string& n, DType&, std::vector<uint64_t>&) {
+    return n != "blk.1.attn_k.weight";
+  });
+  EXPECT_THAT(load_error(p),
+              HasSubstr("tensor 'blk.1.attn_k.weight': missing (expected shape [64, 64])"));
+}
+
+TEST(Binding, WrongShapeIsNamed) {
+  const fs::path p = rewrite("shape", [](std::string& n, DType&, std::vector<uint64_t>& s) {
+    if (n == "blk.2.ffn_down_exps.weight") s = {16, 64, 16};
+    return true;
+  });
+  EXPECT_THAT(
+      load_error(p),
+      HasSubstr(
+          "tensor 'blk.2.ffn_down_exps.weight': expected shape [16, 64, 32], found [16, 64, 16]"));
+}
+
+TEST(Binding, Bf16WeightsLoadAndRun) {
+  const fs::path p = rewrite("bf16", [](std::string& n, DType& d, std::vector<uint64_t>&) {
+    if (n.find("exps") != std::string::npos) d = DType::kBF16;
+    return true;
+  });
+  auto m = Model::load(p);
+  EXPECT_EQ(m->layer(0).experts[3].gate.dtype, kernels::DType::kBF16);
+}
+
+TEST(Binding, NotAModelPath) {
+  EXPECT_THAT(load_error(kOracle / "olmoe" / "tokens.json"),
+              HasSubstr("expected a .gguf file or a folder"));
+  EXPECT_THAT(load_error(kOracle / "tokenizer"), HasSubstr("config.json"));
+}
+
+}  // namespace
+}  // namespace steermoe::model

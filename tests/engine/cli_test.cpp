@@ -1,0 +1,151 @@
+// The engine's commands, run as the built binary: logits match the oracle, run generates,
+// trace writes a trace folder, perplexity prints JSON, errors exit non-zero with a message.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace steermoe::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::HasSubstr;
+
+const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+
+struct Result {
+  int status = -1;
+  std::string output;  // stdout and stderr
+};
+
+Result run(const std::string& args) {
+  const std::string cmd = std::string(STEERMOE_BINARY) + " " + args + " 2>&1";
+  Result r;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return r;
+  std::array<char, 4096> buf{};
+  size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
+  const int st = pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  return r;
+}
+
+std::vector<float> read_f32(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> out(bytes.size() / 4);
+  std::memcpy(out.data(), bytes.data(), out.size() * 4);
+  return out;
+}
+
+std::string token_list(const std::string& model) {
+  std::ifstream in(kOracle / model / "tokens.json");
+  const auto ids = json::parse(in).at("tokens").get<std::vector<int>>();
+  std::string s;
+  for (int id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  return s;
+}
+
+fs::path temp(const std::string& name) {
+  return fs::path(testing::TempDir()) / name;
+}
+
+TEST(Cli, LogitsMatchOracle) {
+  for (const std::string variant : {"model.gguf", "hf"}) {
+    for (const std::string mode : {"", " --batched"}) {
+      SCOPED_TRACE(variant + mode);
+      const fs::path out = temp("logits.bin");
+      const Result r =
+          run("logits -m " + (kOracle / "deepseek2_v3" / variant).string() + " --tokens " +
+              token_list("deepseek2_v3") + " -o " + out.string() + mode);
+      ASSERT_EQ(r.status, 0) << r.output;
+      const std::vector<float> got = read_f32(out);
+      const std::vector<float> want = read_f32(kOracle / "deepseek2_v3" / "logits.bin");
+      ASSERT_EQ(got.size(), want.size());
+      float max_diff = 0.0f;
+      for (size_t i = 0; i < got.size(); ++i)
+        max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+      EXPECT_LE(max_diff, 1e-4f);
+    }
+  }
+}
+
+TEST(Cli, LogitsRejectsBadTokens) {
+  Result r = run("logits -m " + (kOracle / "olmoe" / "model.gguf").string() + " --tokens 1,x -o " +
+                 temp("x.bin").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("--tokens: item 1: expected a token id"));
+  r = run("logits -m " + (kOracle / "olmoe" / "model.gguf").string() + " --tokens 1,300 -o " +
+          temp("x.bin").string());
+  EXPECT_NE(r.status, 0);
+  EXPECT_THAT(r.output, HasSubstr("expected a token id in [0, 300)"));
+}
+
+TEST(Cli, RunGeneratesAndReportsSpeed) {
+  const Result r = run("run -m " + (kOracle / "olmoe" / "model.gguf").string() +
+                       " -p 'the cat' -n 8 --ignore-eos -t 2");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the cat"));
+  EXPECT_THAT(r.output, HasSubstr("prompt:"));
+  EXPECT_THAT(r.output, HasSubstr("decode: 7 tokens"));
+  // Seeded sampling is reproducible.
+  const std::string sampled = "run -m " + (kOracle / "olmoe" / "model.gguf").string() +
+                              " -p 'the' -n 12 --ignore-eos --temp 0.8 --top-p 0.9 --seed 5";
+  const Result a = run(sampled), b = run(sampled);
+  ASSERT_EQ(a.status, 0) << a.output;
+  EXPECT_EQ(a.output.substr(0, a.output.find("prompt:")),
+            b.output.substr(0, b.output.find("prompt:")));
+}
+
+TEST(Cli, MissingModelFailsWithMessage) {
+  const Result r = run("run -m /nonexistent/model.gguf -p hi -n 1");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent/model.gguf"));
+}
+
+TEST(Cli, TraceWritesTraceFolder) {
+  const fs::path text = temp("text.txt");
+  std::ofstream(text) << "the quick brown fox jumps over the lazy dog, then the dog sleeps.";
+  const fs::path dir = temp("trace_ds");
+  fs::remove_all(dir);
+  const Result r = run("trace -m " + (kOracle / "deepseek2_v3" / "model.gguf").string() + " -f " +
+                       text.string() + " -o " + dir.string() + " --window 16");
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream meta_in(dir / "meta.json");
+  const json meta = json::parse(meta_in);
+  EXPECT_EQ(meta.at("layers"), 3);
+  EXPECT_EQ(meta.at("experts"), 16);
+  EXPECT_EQ(meta.at("router"), "sigmoid");
+  EXPECT_EQ(meta.at("moe_layer_ids"), json::array({1, 2, 3}));
+  EXPECT_TRUE(fs::exists(dir / "scores.npy"));
+  EXPECT_TRUE(fs::exists(dir / "pregate.npy"));
+  EXPECT_TRUE(fs::exists(dir / "weights_scores.npy"));
+  EXPECT_TRUE(fs::exists(dir / "sequences.npy"));  // more than 16 tokens: several sequences
+}
+
+TEST(Cli, PerplexityPrintsJson) {
+  const fs::path text = temp("ppl.txt");
+  std::ofstream(text) << "the cat sat on the mat and the dog sat on the log. the end.";
+  const Result r = run("perplexity -m " + (kOracle / "qwen3moe" / "model.gguf").string() + " -f " +
+                       text.string() + " --window 16");
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json j = json::parse(r.output.substr(r.output.find('{')));
+  EXPECT_GT(j.at("windows").get<int>(), 1);
+  const double ppl = j.at("perplexity").get<double>();
+  EXPECT_GT(ppl, 1.0);
+  EXPECT_LT(ppl, 3000.0);  // a random model is near uniform over 300 tokens, not worse by 10x
+  EXPECT_NEAR(std::log(ppl), j.at("nll").get<double>(), 1e-9);
+}
+
+}  // namespace
+}  // namespace steermoe::engine
