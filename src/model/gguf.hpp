@@ -115,7 +115,7 @@ struct GgufTensorInfo {
 // limit). Defaults are far above any real model.
 struct GgufLimits {
   uint64_t max_string_bytes = uint64_t{1} << 30;  // one key / name / string value
-  uint64_t max_array_items = uint64_t{1} << 30;   // per array
+  uint64_t max_array_items = uint64_t{1} << 24;   // per array (vocabularies are ~10^5)
   uint32_t max_array_depth = 8;                   // nested arrays
   uint64_t max_dimension = uint64_t{1} << 40;     // one ne[i]
 };
