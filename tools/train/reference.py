@@ -33,8 +33,11 @@ def pick_texts(workdir, tok):
         doc = next(d for d in docs if d["id"].startswith(src))
         lines = doc["text"].split("\n")
         # skip the first lines (licence headers, titles); start at a non-empty line
+        # start at the first prose/code line after the first lines (licence headers, titles,
+        # directives): long enough, not a comment or directive, no e-mail address
         start = min(len(lines) - 1, 6)
-        while start < len(lines) - 1 and not lines[start].strip():
+        while start < len(lines) - 1 and (len(lines[start].strip()) < 30 or "@" in lines[start]
+                                          or lines[start].lstrip().startswith(("#", "..", "-", "="))):
             start += 1
         text = "\n".join(lines[start:start + 6])
         ids = tok.encode(text).ids

@@ -61,6 +61,7 @@ def main():
     ap.add_argument("--split", default="eval")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--out", default="models/steer-olmoe-tiny/routing_stats.json")
+    ap.add_argument("--max-windows", type=int, default=0, help="0: all")
     args = ap.parse_args()
     torch.set_num_threads(1)
     model = load_exported(args.model)
@@ -68,6 +69,8 @@ def main():
     E, K, L = cfg.num_experts, cfg.num_experts_per_tok, cfg.num_hidden_layers
     toks = np.fromfile(os.path.join(args.workdir, args.split + ".u16"), dtype=np.uint16).astype(np.int64)
     nwin = len(toks) // args.seq
+    if args.max_windows:
+        nwin = min(nwin, args.max_windows)
     win = torch.from_numpy(toks[: nwin * args.seq].reshape(nwin, args.seq))
 
     nll_sum, nll_n = 0.0, 0
