@@ -24,11 +24,17 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default="build-train")
     ap.add_argument("--out", default="models/steer-olmoe-tiny")
+    ap.add_argument("--untrained", action="store_true", help="export the step-0 (seeded initial) weights")
     args = ap.parse_args()
     ck = torch.load(os.path.join(args.workdir, "ckpt.pt"))
     cfg = Config(**ck["config"])
     model = OlmoeTiny(cfg)
-    model.load_state_dict(ck["model"])
+    if args.untrained:
+        # the initial (step 0) weights of the run, for random-routing baselines
+        model.init_weights(ck["args"]["seed"])
+        ck["step"] = 0
+    else:
+        model.load_state_dict(ck["model"])
     os.makedirs(args.out, exist_ok=True)
 
     sd = to_hf(model)

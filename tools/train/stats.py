@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """Perplexity and caching-relevant routing statistics of the exported model on the eval split.
 
-The model is the shipped one: model.safetensors (BF16) upcast to float32. The evaluation token
-stream (<workdir>/eval.u16: eval documents each followed by <|endoftext|>) is cut into
-non-overlapping windows of --seq tokens (each window is an independent sequence starting at
-position 0); the first token of every window is context only.
+By default the token stream is data/text/eval.txt tokenized as a whole, cut into windows as
+`steermoe perplexity --window 256` does (so the perplexity is comparable with the engine's);
+with --text '' it is <workdir>/eval.u16 (documents separated by <|endoftext|>).
+
+The model is the shipped one: model.safetensors (BF16) upcast to float32. The token stream is
+cut into non-overlapping windows of --seq tokens (each window is an independent sequence
+starting at position 0, no BOS added); the first token of every window is context only.
 
 Statistics (per MoE layer l, exact top-8 routing, positions within a window):
   ppl            exp(mean next-token NLL) over predicted tokens
@@ -58,7 +61,9 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default="build-train")
     ap.add_argument("--model", default="models/steer-olmoe-tiny")
-    ap.add_argument("--split", default="eval")
+    ap.add_argument("--split", default="eval", help="token stream <workdir>/<split>.u16 (with --text '')")
+    ap.add_argument("--text", default="data/text/eval.txt",
+                    help="text file tokenized as a whole, as `steermoe perplexity` reads it ('' to use --split)")
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--out", default="models/steer-olmoe-tiny/routing_stats.json")
     ap.add_argument("--max-windows", type=int, default=0, help="0: all")
@@ -67,7 +72,16 @@ def main():
     model = load_exported(args.model)
     cfg = model.cfg
     E, K, L = cfg.num_experts, cfg.num_experts_per_tok, cfg.num_hidden_layers
-    toks = np.fromfile(os.path.join(args.workdir, args.split + ".u16"), dtype=np.uint16).astype(np.int64)
+    if args.text:
+        # the text file exactly as the engine reads it (one token stream, no separators added)
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
+        with open(args.text, encoding="utf-8") as fh:
+            toks = np.asarray(tok.encode(fh.read()).ids, dtype=np.int64)
+        source = args.text
+    else:
+        toks = np.fromfile(os.path.join(args.workdir, args.split + ".u16"), dtype=np.uint16).astype(np.int64)
+        source = os.path.join(args.workdir, args.split + ".u16")
     nwin = len(toks) // args.seq
     if args.max_windows:
         nwin = min(nwin, args.max_windows)
@@ -112,7 +126,7 @@ def main():
         nreuse += B * (S - 1)
         npre += B * S
     frac = loads / loads.sum(1, keepdims=True)
-    res = {"split": args.split, "windows": int(nwin), "seq": args.seq, "tokens": int(nwin * args.seq),
+    res = {"source": source, "windows": int(nwin), "seq": args.seq, "tokens": int(nwin * args.seq),
            "predicted_tokens": int(nll_n), "eval_loss": nll_sum / nll_n, "ppl": float(np.exp(nll_sum / nll_n)),
            "layers": []}
     for l in range(L):
