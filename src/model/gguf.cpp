@@ -79,7 +79,7 @@ class Cursor {
   }
 
   std::string read_string(const std::string& field, uint64_t max_bytes) {
-    const auto length = read<uint64_t>(field + " length");
+    const auto length = read<uint64_t>(field);
     if (length > max_bytes) {
       fail(where_, field, "string length {} exceeds the limit of {} bytes", length, max_bytes);
     }
@@ -153,8 +153,9 @@ GgufValue read_value(Cursor& in, GgufType type, const std::string& where, const 
       }
       array.items.reserve(static_cast<size_t>(count));
       for (uint64_t i = 0; i < count; ++i) {
-        array.items.push_back(read_value(in, array.element_type, where,
-                                         fmt::format("{}[{}]", field, i), limits, depth + 1));
+        // Items share the array's field name: formatting "key[i]" per item would dominate the
+        // load time of a 150k-token vocabulary.
+        array.items.push_back(read_value(in, array.element_type, where, field, limits, depth + 1));
       }
       return GgufValue::array(std::move(array));
     }
@@ -464,7 +465,7 @@ const auto& exact(const GgufValue& value) {
 }  // namespace
 
 #define SM_GGUF_STRICT_GETTER(method, ret, kind)                                \
-  ret GgufFile::method(std::string_view key) const {                           \
+  ret GgufFile::method(std::string_view key) const {                            \
     const GgufValue& value = get(key);                                          \
     if (value.type() != kind) key_type_error(key, gguf_type_name(kind), value); \
     return exact<kind>(value);                                                  \

@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <unordered_set>
 
 #include "common/error.hpp"
 
@@ -49,7 +50,7 @@ void check_json_depth(std::string_view text, const std::string& where) {
 
 // Parses JSON text, rejecting duplicate keys in any object.
 json parse_json_strict(std::string_view text, const std::string& where, const std::string& field) {
-  std::vector<std::vector<std::string>> keys_per_object;
+  std::vector<std::unordered_set<std::string>> keys_per_object;
   std::string duplicate;
   json::parser_callback_t callback = [&](int /*depth*/, json::parse_event_t event, json& parsed) {
     switch (event) {
@@ -60,13 +61,8 @@ json parse_json_strict(std::string_view text, const std::string& where, const st
         if (!keys_per_object.empty()) keys_per_object.pop_back();
         break;
       case json::parse_event_t::key: {
-        auto& keys = keys_per_object.back();
         const auto& key = parsed.get_ref<const std::string&>();
-        if (std::find(keys.begin(), keys.end(), key) != keys.end()) {
-          if (duplicate.empty()) duplicate = key;
-        } else {
-          keys.push_back(key);
-        }
+        if (!keys_per_object.back().insert(key).second && duplicate.empty()) duplicate = key;
         break;
       }
       default:
