@@ -15,6 +15,8 @@
 #pragma GCC diagnostic pop
 #endif
 
+#include <time.h>
+
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -55,6 +57,20 @@ std::vector<T>& buffer(size_t n, int which) {
     }
   }
   return b;
+}
+
+// Main-thread CPU time, for a second rate counter: on a shared, oversubscribed machine real time
+// includes time the benchmark was not running at all, so 1-thread rates are better read from
+// "cpu_bytes_per_second" (bytes / CPU seconds of the calling thread). With 2 threads the caller's
+// CPU time covers only its own share, so read real-time bytes_per_second there (quiet machine).
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+void set_cpu_rate(benchmark::State& state, double cpu_seconds, double bytes) {
+  state.counters["cpu_bytes_per_second"] = cpu_seconds > 0 ? bytes / cpu_seconds : 0.0;
 }
 
 bool select_isa(benchmark::State& state, Isa isa) {
@@ -111,6 +127,7 @@ void BM_ReadBandwidth(benchmark::State& state) {
   const auto threads = static_cast<size_t>(state.range(1));
   auto& data = buffer<float>(kBandwidthBytes / sizeof(float), 0);
   ThreadPool& pool = pool_of(threads);
+  const double cpu_start = thread_cpu_seconds();
   for (auto _ : state) {
     pool.parallel_for(
         data.size(),
@@ -124,6 +141,8 @@ void BM_ReadBandwidth(benchmark::State& state) {
   state.SetLabel(avx512 ? "avx512" : "avx2");
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) *
                           static_cast<int64_t>(kBandwidthBytes));
+  set_cpu_rate(state, thread_cpu_seconds() - cpu_start,
+               static_cast<double>(state.iterations()) * static_cast<double>(kBandwidthBytes));
 }
 BENCHMARK(BM_ReadBandwidth)
     ->ArgNames({"avx512", "threads"})
@@ -154,6 +173,7 @@ void BM_Matvec(benchmark::State& state) {
   std::vector<float> y(rows);
   ThreadPool& pool = pool_of(threads);
   size_t next = 0;
+  const double cpu_start = thread_cpu_seconds();
   for (auto _ : state) {
     const Matrix w{.data = reinterpret_cast<const char*>(weights.data()) + next * matrix_bytes,
                    .dtype = dtype,
@@ -164,6 +184,8 @@ void BM_Matvec(benchmark::State& state) {
     next = (next + 1) % count;
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * matrix_bytes));
+  set_cpu_rate(state, thread_cpu_seconds() - cpu_start,
+               static_cast<double>(state.iterations() * matrix_bytes));
 }
 
 void matvec_args(benchmark::internal::Benchmark* b) {
@@ -181,6 +203,57 @@ void matvec_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_Matvec)->Apply(matvec_args)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// ---- Matvec streaming vs read bandwidth, side by side --------------------------------------
+
+// One iteration = a pass of the AVX-512 sum over the 512 MiB weight pool, then a pass of BF16
+// matvecs over the same pool cut into rows x cols matrices, on 1 thread with the best Isa. The
+// passes alternate, so load from elsewhere hits both alike; counters give each rate (CPU time) and
+// matvec_fraction_of_read = matvec rate / sum rate, the figure the decode goal (>= 95% of the
+// bandwidth floor) depends on. Args: rows, cols.
+void BM_MatvecVsReadBandwidth(benchmark::State& state) {
+  const auto rows = static_cast<size_t>(state.range(0));
+  const auto cols = static_cast<size_t>(state.range(1));
+  if (!isa_available(Isa::kAvx512)) {
+    state.SkipWithError("CPU lacks AVX-512");
+    return;
+  }
+  set_active_isa(best_isa());
+  state.SetLabel(std::string(isa_name(best_isa())));
+  auto& weights = buffer<uint16_t>(kWeightPoolBytes / 2, 1);
+  const auto& x = buffer<float>(cols, 2);
+  std::vector<float> y(rows);
+  ThreadPool& pool = pool_of(1);
+  const size_t matrix_bytes = rows * cols * 2;
+  const size_t count = kWeightPoolBytes / matrix_bytes;
+  double sum_seconds = 0.0, matvec_seconds = 0.0;
+  for (auto _ : state) {
+    const double t0 = thread_cpu_seconds();
+    benchmark::DoNotOptimize(sum_avx512(reinterpret_cast<const float*>(weights.data()),
+                                        count * matrix_bytes / sizeof(float)));
+    const double t1 = thread_cpu_seconds();
+    for (size_t m = 0; m < count; ++m) {
+      const Matrix w{.data = reinterpret_cast<const char*>(weights.data()) + m * matrix_bytes,
+                     .dtype = DType::kBF16,
+                     .rows = rows,
+                     .cols = cols};
+      matvec(pool, w, x.data(), y.data());
+      benchmark::DoNotOptimize(y.data());
+    }
+    sum_seconds += t1 - t0;
+    matvec_seconds += thread_cpu_seconds() - t1;
+  }
+  const double bytes = static_cast<double>(state.iterations() * count * matrix_bytes);
+  state.counters["read_cpu_bytes_per_second"] = bytes / sum_seconds;
+  state.counters["matvec_cpu_bytes_per_second"] = bytes / matvec_seconds;
+  state.counters["matvec_fraction_of_read"] = sum_seconds / matvec_seconds;
+}
+BENCHMARK(BM_MatvecVsReadBandwidth)
+    ->ArgNames({"rows", "cols"})
+    ->Args({1024, 2048})  // OLMoE expert gate / up
+    ->Args({2048, 1024})  // OLMoE expert down
+    ->Iterations(4)
+    ->Unit(benchmark::kMillisecond);
+
 // ---- Prefill product: n tokens through one expert ------------------------------------------
 
 // Args: n, isa, threads. Reports weight bytes/s and flops (items = multiply-adds).
@@ -194,11 +267,16 @@ void BM_MatmulBF16(benchmark::State& state) {
   std::vector<float> y(n * rows);
   ThreadPool& pool = pool_of(threads);
   const Matrix w{.data = weights.data(), .dtype = DType::kBF16, .rows = rows, .cols = cols};
+  const double cpu_start = thread_cpu_seconds();
   for (auto _ : state) {
     matmul(pool, w, x.data(), n, y.data());
     benchmark::DoNotOptimize(y.data());
   }
+  const double cpu_seconds = thread_cpu_seconds() - cpu_start;
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * rows * cols * 2));
+  set_cpu_rate(state, cpu_seconds, static_cast<double>(state.iterations() * rows * cols * 2));
+  state.counters["cpu_GMAC/s"] =
+      static_cast<double>(state.iterations() * rows * cols * n) * 1e-9 / cpu_seconds;
   state.counters["GMAC/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * rows * cols * n) * 1e-9,
                          benchmark::Counter::kIsRate);
@@ -231,11 +309,14 @@ void BM_Attention(benchmark::State& state) {
   const auto& v = buffer<float>(n_pos * p.n_kv_heads * p.head_dim_v, 7);
   std::vector<float> out(p.n_heads * p.head_dim_v);
   ThreadPool& pool = pool_of(threads);
+  const double cpu_start = thread_cpu_seconds();
   for (auto _ : state) {
     attention(pool, q.data(), k.data(), v.data(), n_pos, out.data(), p);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (k.size() + v.size()) * 4));
+  set_cpu_rate(state, thread_cpu_seconds() - cpu_start,
+               static_cast<double>(state.iterations() * (k.size() + v.size()) * 4));
 }
 BENCHMARK(BM_Attention)
     ->ArgNames({"heads", "kv_heads", "dk", "dv", "n_pos", "threads"})

@@ -171,16 +171,10 @@ SM_TARGET_BF16 void bf16_matmul_impl(const Matrix& w, const uint16_t* xb, size_t
                                      const MatvecParams& p) {
   constexpr int R = Simd::kTileRows;
   constexpr int N = Simd::kTileTokens;
-  const bool narrow_rows = w.cols * sizeof(uint16_t) < 4096;
   if (n == 1) {
-    // Decode: one pass over the rows, no super-blocks (measured ~3% closer to read bandwidth).
-    // Streaming wants about 16 KiB of rows in flight: 4 rows of 4 KiB (cols 2048) reach ~95% of
-    // read bandwidth, rows of 2 KiB (cols 1024, OLMoE's down_proj) gained with 8 in a standalone
-    // test (86% -> 94%; within noise in the library). A row's sum does not depend on the tile.
+    // Decode: one pass over the rows without super-blocks (measured ~3% closer to the read
+    // bandwidth). 8-row tiles for 2 KiB rows were tried and measured no better than 4.
     size_t r = row_begin;
-    if (narrow_rows) {
-      for (; r + 2 * R <= row_end; r += 2 * R) bf16_tile<2 * R, 1>(w, r, xb, padded, 0, out, p);
-    }
     for (; r + R <= row_end; r += R) bf16_tile<R, 1>(w, r, xb, padded, 0, out, p);
     for (; r < row_end; ++r) bf16_tile<1, 1>(w, r, xb, padded, 0, out, p);
     return;
