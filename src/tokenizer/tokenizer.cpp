@@ -82,7 +82,9 @@ void Tokenizer::check_and_index() {
 
   merges_.reserve(vocab_.merges.size());
   for (size_t rank = 0; rank < vocab_.merges.size(); ++rank) {
-    const auto& [left, right] = vocab_.merges[rank];
+    // Named references, not a structured binding: clang 14 cannot capture those in lambdas.
+    const std::string& left = vocab_.merges[rank].first;
+    const std::string& right = vocab_.merges[rank].second;
     const auto find_side = [&](const std::string& side) {
       const auto it = token_to_id_.find(side);
       if (it == token_to_id_.end())
