@@ -5,8 +5,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <memory>
-#include <new>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -177,29 +175,6 @@ Isa active_isa() {
 }
 
 namespace detail {
-
-namespace {
-struct AlignedFree {
-  void operator()(void* p) const { ::operator delete (p, std::align_val_t{64}); }
-};
-struct ScratchSlot {
-  std::unique_ptr<void, AlignedFree> data;
-  size_t bytes = 0;
-};
-constexpr int kScratchSlots = 4;
-}  // namespace
-
-void* thread_scratch(size_t bytes, int slot) {
-  thread_local ScratchSlot slots[kScratchSlots];
-  SM_ASSERT(slot >= 0 && slot < kScratchSlots);
-  ScratchSlot& s = slots[slot];
-  if (s.bytes < bytes) {
-    const size_t grown = std::max(bytes, s.bytes * 2);
-    s.data.reset(::operator new (grown, std::align_val_t{64}));
-    s.bytes = grown;
-  }
-  return s.data.get();
-}
 
 void rope_angles(size_t pos, size_t rot_dim, float theta, float* cos_out, float* sin_out) {
   // transformers: inv_freq = 1 / theta ** (arange(0, d, 2).float() / d) in fp32, then

@@ -1,8 +1,10 @@
 #include "kernels/thread_pool.hpp"
 
 #include <algorithm>
+#include <new>
 
 #include "common/error.hpp"
+#include "kernels/kernels_internal.hpp"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -34,10 +36,45 @@ void spin_then_wait(const std::atomic<T>& value, Pred done) {
 
 }  // namespace
 
-ThreadPool::ThreadPool(size_t n_threads) : n_threads_(n_threads) {
+namespace {
+thread_local ScratchArena* t_current_arena = nullptr;
+}  // namespace
+
+void ScratchArena::AlignedFree::operator()(void* p) const {
+  ::operator delete (p, std::align_val_t{64});
+}
+
+void* ScratchArena::get(size_t bytes, int slot) {
+  SM_ASSERT(slot >= 0 && slot < kSlots);
+  Slot& s = slots_[slot];
+  if (s.bytes < bytes) {
+    const size_t grown = std::max(bytes, s.bytes * 2);
+    s.data.reset(::operator new (grown, std::align_val_t{64}));
+    s.bytes = grown;
+  }
+  return s.data.get();
+}
+
+ScratchArena::Scope::Scope(ScratchArena* arena) : previous_(t_current_arena) {
+  t_current_arena = arena;
+}
+ScratchArena::Scope::~Scope() {
+  t_current_arena = previous_;
+}
+
+namespace detail {
+void* thread_scratch(size_t bytes, int slot) {
+  if (t_current_arena != nullptr) return t_current_arena->get(bytes, slot);
+  thread_local ScratchArena own;
+  return own.get(bytes, slot);
+}
+}  // namespace detail
+
+ThreadPool::ThreadPool(size_t n_threads)
+    : n_threads_(n_threads), arenas_(std::make_unique<ScratchArena[]>(n_threads)) {
   if (n_threads == 0) throw Error("thread pool: threads: must be at least 1");
   workers_.reserve(n_threads - 1);
-  for (size_t t = 1; t < n_threads; ++t) workers_.emplace_back([this, t] { worker(t); });
+  for (size_t t = 1; t < n_threads; ++t) workers_.emplace_back([this] { worker(); });
 }
 
 ThreadPool::~ThreadPool() {
@@ -60,6 +97,7 @@ std::pair<size_t, size_t> ThreadPool::chunk(size_t n, size_t grain, size_t n_thr
 void ThreadPool::run(size_t n, size_t grain, void* obj, Trampoline call) {
   if (n == 0) return;
   if (n_threads_ == 1 || n <= grain) {
+    const ScratchArena::Scope scope(&arenas_[0]);
     call(obj, 0, n);
     return;
   }
@@ -67,23 +105,44 @@ void ThreadPool::run(size_t n, size_t grain, void* obj, Trampoline call) {
   job_call_ = call;
   job_n_ = n;
   job_grain_ = grain;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
+  chunks_done_.store(0, std::memory_order_relaxed);
+  const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
+  // Release: a thread whose claim succeeds sees the job fields written above.
+  claim_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
+  generation_.store(generation, std::memory_order_release);
   generation_.notify_all();
-  const auto [begin, end] = chunk(n, grain, n_threads_, 0);
-  if (begin < end) call(obj, begin, end);
-  spin_then_wait(pending_, [](size_t left) { return left == 0; });
+  run_chunks(generation);
+  spin_then_wait(chunks_done_, [this](size_t done) { return done == n_threads_; });
 }
 
-void ThreadPool::worker(size_t index) {
+void ThreadPool::run_chunks(uint64_t generation) {
+  const uint64_t tag = generation & 0xffffffffu;
+  for (;;) {
+    uint64_t claim = claim_.load(std::memory_order_acquire);
+    do {
+      if ((claim >> 32) != tag || (claim & 0xffffffffu) >= n_threads_) return;
+    } while (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel,
+                                           std::memory_order_acquire));
+    // The job cannot change until this chunk is counted done, so its fields are stable here.
+    const size_t index = claim & 0xffffffffu;
+    const auto [begin, end] = chunk(job_n_, job_grain_, n_threads_, index);
+    if (begin < end) {
+      const ScratchArena::Scope scope(&arenas_[index]);
+      job_call_(job_obj_, begin, end);
+    }
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_threads_) {
+      chunks_done_.notify_one();
+    }
+  }
+}
+
+void ThreadPool::worker() {
   uint64_t seen = 0;
   for (;;) {
     spin_then_wait(generation_, [seen](uint64_t g) { return g != seen; });
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load(std::memory_order_acquire)) return;
-    const auto [begin, end] = chunk(job_n_, job_grain_, n_threads_, index);
-    if (begin < end) job_call_(job_obj_, begin, end);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending_.notify_one();
+    run_chunks(seen);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "common/error.hpp"
 #include "kernel_test_util.hpp"
+#include "kernels/kernels_internal.hpp"
 
 // GCC pairs the replaced operator new with free() when it inlines these replacements and warns;
 // the pairing is correct (both sides go through malloc / free).
@@ -77,6 +78,27 @@ TEST(ThreadPool, ParallelForVisitsEveryIndexOnceOnManyCalls) {
     }
     for (auto& h : hits) ASSERT_EQ(h.load(), 200);
   }
+}
+
+// Scratch belongs to the chunk being run, not the thread, so warm-up does not depend on which
+// thread ran which chunk; outside a pool each thread has its own.
+TEST(ScratchArena, ScopeRedirectsThreadScratchAndBuffersOnlyGrow) {
+  ScratchArena arena;
+  void* outside = detail::thread_scratch(64, 2);
+  {
+    const ScratchArena::Scope scope(&arena);
+    void* inside = detail::thread_scratch(100, 2);
+    EXPECT_EQ(inside, arena.get(100, 2));
+    EXPECT_EQ(arena.get(50, 2), inside);  // smaller request: same buffer
+    EXPECT_NE(inside, outside);
+    EXPECT_NE(arena.get(100, 3), inside);  // slots are independent
+  }
+  EXPECT_EQ(detail::thread_scratch(64, 2), outside);
+  const long before = g_allocations.load();
+  arena.get(1 << 20, 2);  // larger: grows once
+  EXPECT_EQ(g_allocations.load(), before + 1);
+  arena.get(1 << 20, 2);
+  EXPECT_EQ(g_allocations.load(), before + 1);
 }
 
 TEST(ThreadPool, ZeroThreadsIsAnError) {
