@@ -267,7 +267,7 @@ void run_sim(const SimOptionsCli& o) {
     out << "policy,max_inflight,step,ms,copies\n";
     for (const Row& row : rows) {
       for (size_t i = 0; i < row.result.token_latency.size(); ++i) {
-        out << fmt::format("{},{},{},{:.6f},{}\n", row.result.policy, row.max_inflight, i,
+        out << fmt::format("\"{}\",{},{},{:.6f},{}\n", row.result.policy, row.max_inflight, i,
                            row.result.token_latency[i] * 1e3, row.result.token_copies[i]);
       }
     }
@@ -311,7 +311,7 @@ void add_sim_command(CLI::App& root) {
   cmd->add_option("--json", o->json,
                   "Write the JSON report to this file ('-' = stdout, table then on stderr)");
   cmd->add_option("--latencies", o->latencies,
-                  "Write per-token latencies (CSV: policy,max_inflight,step,ms,copies) for CDFs");
+                  "Write per-token latencies (CSV: policy (quoted),max_inflight,step,ms,copies) for CDFs");
   cmd->final_callback([o] { run_sim(*o); });
 }
 
