@@ -169,8 +169,8 @@ GgufValue read_value(Cursor& in, GgufType type, const std::string& where, const 
   fail(where, field, "unknown value type");
 }
 
-// Integer value of any width, or nullopt if `value` is not an integer type. Signed values are
-// returned as int64 in `.second == true`.
+// Integer value of any width, or nullopt if `value` is not an integer type (bool is not an
+// integer here). Signed types fill `s` (is_signed), unsigned types fill `u`.
 struct IntegerValue {
   bool is_signed;
   uint64_t u;
