@@ -71,6 +71,76 @@ TEST(ScalarReference, MatvecMatchesDoublePrecision) {
   }
 }
 
+// RoPE against the formula: pairs (i, i + d/2) for NeoX, (2i, 2i + 1) interleaved, rotated by
+// pos * theta^(-2i/d) (angle in fp32 as transformers computes it), and nothing outside
+// [rot_offset, rot_offset + rot_dim) touched.
+TEST(ScalarReference, RopeMatchesTheFormulaAndLeavesOtherElements) {
+  std::mt19937 rng(12);
+  const size_t head_dim = 24, rot_offset = 4, rot = 16, n_heads = 2;
+  for (RopeStyle style : {RopeStyle::kNeox, RopeStyle::kInterleaved}) {
+    for (size_t pos : {0, 3, 1000}) {
+      const auto x = random_floats(rng, n_heads * head_dim);
+      std::vector<float> y = x;
+      kernel_table(Isa::kScalar)
+          .rope(y.data(), n_heads, pos,
+                {.style = style,
+                 .head_dim = head_dim,
+                 .rot_offset = rot_offset,
+                 .rot_dim = rot,
+                 .theta = 10000.0f});
+      for (size_t h = 0; h < n_heads; ++h) {
+        const float* in = x.data() + h * head_dim;
+        const float* out = y.data() + h * head_dim;
+        for (size_t d = 0; d < head_dim; ++d) {
+          if (d < rot_offset || d >= rot_offset + rot) {
+            EXPECT_EQ(out[d], in[d]) << d;
+          }
+        }
+        for (size_t i = 0; i < rot / 2; ++i) {
+          const size_t a = rot_offset + (style == RopeStyle::kNeox ? i : 2 * i);
+          const size_t b = rot_offset + (style == RopeStyle::kNeox ? i + rot / 2 : 2 * i + 1);
+          const float inv_freq =
+              1.0f / std::pow(10000.0f, static_cast<float>(2 * i) / static_cast<float>(rot));
+          const double angle = static_cast<float>(pos) * inv_freq;
+          const double c = std::cos(angle), sn = std::sin(angle);
+          const double tol = 4 * FLT_EPSILON * (std::fabs(in[a]) + std::fabs(in[b])) + 1e-30;
+          EXPECT_NEAR(out[a], in[a] * c - in[b] * sn, tol) << "pos " << pos << " i " << i;
+          EXPECT_NEAR(out[b], in[a] * sn + in[b] * c, tol) << "pos " << pos << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(ScalarReference, RmsNormSwiGluSoftmaxMatchTheirFormulas) {
+  std::mt19937 rng(13);
+  const KernelTable& ref = kernel_table(Isa::kScalar);
+  const size_t n = 37;
+  const auto x = random_floats(rng, n, -4.0f, 4.0f);
+  const auto w = random_floats(rng, n);
+  std::vector<float> y(n);
+  ref.rmsnorm(x.data(), w.data(), y.data(), n, {.eps = 1e-5f, .weight_offset = 1.0f});
+  double mean_sq = 0.0;
+  for (float v : x) mean_sq += static_cast<double>(v) * v / n;
+  for (size_t i = 0; i < n; ++i) {
+    const double expected = x[i] / std::sqrt(mean_sq + 1e-5) * (1.0 + w[i]);
+    EXPECT_NEAR(y[i], expected, 64 * FLT_EPSILON * std::fabs(expected)) << i;
+  }
+  ref.swiglu(x.data(), w.data(), y.data(), n);
+  for (size_t i = 0; i < n; ++i) {
+    const double expected = x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))) * w[i];
+    EXPECT_NEAR(y[i], expected, 8 * FLT_EPSILON * std::fabs(expected) + 1e-30) << i;
+  }
+  y = x;
+  ref.softmax(y.data(), n);
+  double total = 0.0;
+  for (float v : x) total += std::exp(static_cast<double>(v));
+  for (size_t i = 0; i < n; ++i) {
+    const double expected = std::exp(static_cast<double>(x[i])) / total;
+    EXPECT_NEAR(y[i], expected, 64 * FLT_EPSILON * expected) << i;
+  }
+}
+
 class SimdVsScalar : public ::testing::TestWithParam<Isa> {
  protected:
   void SetUp() override { SM_REQUIRE_ISA(GetParam()); }
