@@ -12,8 +12,10 @@ void add_all_commands(CLI::App& root);
 
 // One declaration per command file (keep alphabetical).
 void add_calibrate_command(CLI::App& root);
+void add_convert_command(CLI::App& root);
 void add_detokenize_command(CLI::App& root);
 void add_logits_command(CLI::App& root);
+void add_make_model_command(CLI::App& root);
 void add_perplexity_command(CLI::App& root);
 void add_replay_command(CLI::App& root);
 void add_run_command(CLI::App& root);

@@ -27,6 +27,12 @@ class Checkpoint;
 
 enum class WeightFormat : uint8_t { kGguf, kSafetensors };
 
+// A small tensor (norm weight, correction bias) converted to f32 at load time; remembers the
+// dtype it was stored in so that `convert` writes it back unchanged.
+struct WeightVector : std::vector<float> {
+  DType source_dtype = DType::kF32;
+};
+
 // One SwiGLU block: down(silu(gate x) * up x). Rows: gate/up [ffn, hidden], down [hidden, ffn].
 struct SwigluWeights {
   kernels::Matrix gate, up, down;
@@ -34,30 +40,30 @@ struct SwigluWeights {
 };
 
 struct LayerWeights {
-  std::vector<float> attn_norm;  // [hidden]
-  std::vector<float> ffn_norm;   // [hidden]
+  WeightVector attn_norm;  // [hidden]
+  WeightVector ffn_norm;   // [hidden]
 
   // GQA attention (OLMoE, Qwen3-MoE).
-  kernels::Matrix wq;         // [heads * head_dim, hidden]
-  kernels::Matrix wk;         // [kv_heads * head_dim, hidden]
-  kernels::Matrix wv;         // [kv_heads * head_dim, hidden]
-  std::vector<float> q_norm;  // OLMoE: [heads * head_dim]; Qwen3: [head_dim]
-  std::vector<float> k_norm;  // OLMoE: [kv_heads * head_dim]; Qwen3: [head_dim]
+  kernels::Matrix wq;   // [heads * head_dim, hidden]
+  kernels::Matrix wk;   // [kv_heads * head_dim, hidden]
+  kernels::Matrix wv;   // [kv_heads * head_dim, hidden]
+  WeightVector q_norm;  // OLMoE: [heads * head_dim]; Qwen3: [head_dim]
+  WeightVector k_norm;  // OLMoE: [kv_heads * head_dim]; Qwen3: [head_dim]
 
   // MLA attention (DeepSeek-V3).
-  kernels::Matrix q_a;           // [q_lora, hidden]          (q LoRA only)
-  std::vector<float> q_a_norm;   // [q_lora]                  (q LoRA only)
-  kernels::Matrix q_b;           // [heads * (nope + rope), q_lora] or q_proj [.., hidden]
-  kernels::Matrix kv_a;          // [kv_lora + rope, hidden]: rows [latent | rope part]
-  std::vector<float> kv_a_norm;  // [kv_lora]
-  kernels::Matrix kv_b;          // [heads * (nope + v), kv_lora]: per head [k_nope | v]
+  kernels::Matrix q_a;     // [q_lora, hidden]          (q LoRA only)
+  WeightVector q_a_norm;   // [q_lora]                  (q LoRA only)
+  kernels::Matrix q_b;     // [heads * (nope + rope), q_lora] or q_proj [.., hidden]
+  kernels::Matrix kv_a;    // [kv_lora + rope, hidden]: rows [latent | rope part]
+  WeightVector kv_a_norm;  // [kv_lora]
+  kernels::Matrix kv_b;    // [heads * (nope + v), kv_lora]: per head [k_nope | v]
 
   kernels::Matrix wo;  // [hidden, heads * v_dim]
 
   // Feed-forward: MoE layers use router/experts/shared, dense layers use `dense`.
   bool moe = false;
   kernels::Matrix router;              // [experts, hidden]
-  std::vector<float> router_bias;      // [experts] e_score_correction_bias (or empty)
+  WeightVector router_bias;            // [experts] e_score_correction_bias (or empty)
   std::vector<SwigluWeights> experts;  // [experts]
   SwigluWeights shared;                // shared experts as one block (or absent)
   SwigluWeights dense;                 // dense layers
@@ -77,9 +83,11 @@ class Model {
   const std::filesystem::path& path() const { return path_; }
   const LayerWeights& layer(int l) const { return layers_[static_cast<size_t>(l)]; }
   const kernels::Matrix& lm_head() const { return lm_head_; }
-  const std::vector<float>& final_norm() const { return final_norm_; }
+  const WeightVector& final_norm() const { return final_norm_; }
   // The embedding row of `token` in f32 (token must be < vocab; checked by the caller).
   void embed(int token, float* out) const;
+  // The token embedding as stored (used in place; rows are converted on lookup).
+  const TensorView& embedding() const { return embed_; }
   // Storage dtype of the big matrices (the embedding's), e.g. for reports.
   DType weight_dtype() const { return embed_.dtype; }
   // Bytes one decoded token reads from the weights at batch 1 with the given routed experts per
@@ -100,7 +108,7 @@ class Model {
   std::unique_ptr<Checkpoint> checkpoint_;
   TensorView embed_;
   kernels::Matrix lm_head_;
-  std::vector<float> final_norm_;
+  WeightVector final_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<std::byte>> owned_;  // rearranged / converted tensors
 };

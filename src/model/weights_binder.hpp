@@ -68,8 +68,12 @@ class WeightBinder {
     return as_matrix(t, rows, cols, first_row);
   }
 
-  std::vector<float> vector(const std::string& name, uint64_t n) {
-    return require(name, {n}).to_f32();
+  WeightVector vector(const std::string& name, uint64_t n) {
+    const TensorView t = require(name, {n});
+    WeightVector v;
+    static_cast<std::vector<float>&>(v) = t.to_f32();
+    v.source_dtype = t.dtype;
+    return v;
   }
 
   // Takes ownership of rearranged bytes and returns a pointer that stays valid.

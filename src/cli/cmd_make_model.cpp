@@ -1,0 +1,71 @@
+// `steermoe make-model`: writes a random-weight model of a real shape (OLMoE-1B-7B,
+// Qwen3-30B-A3B, Moonlight-16B-A3B), a small one, or the shape of a config.json, as GGUF (-o
+// ending in .gguf) or as an HF folder (config.json + model.safetensors). No tokenizer is written.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "model/hf_config.hpp"
+#include "model/weights_layout.hpp"
+
+namespace steermoe::cli {
+
+void add_make_model_command(CLI::App& root) {
+  struct Options {
+    std::string arch;
+    std::string shape;
+    std::string config;
+    bool random = false;
+    std::string dtype = "bf16";
+    std::string output;
+    uint64_t seed = 1;
+    int layers = 0;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "make-model", "Write a random-weight model of a real or small shape (GGUF or HF folder)");
+  cmd->add_option("--arch", o->arch, "Family: olmoe, qwen3moe or deepseek")
+      ->required()
+      ->check(CLI::IsMember({"olmoe", "qwen3moe", "deepseek"}));
+  auto* shape = cmd->add_option(
+      "--shape", o->shape,
+      "OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, olmoe-small, qwen3moe-small, deepseek-small");
+  auto* config =
+      cmd->add_option("--config", o->config, "A HuggingFace config.json giving the shape");
+  shape->excludes(config);
+  cmd->add_flag("--random", o->random, "Random weights (the only source supported)")->required();
+  cmd->add_option("--dtype", o->dtype, "Storage type of the matrices (norms stay f32)")
+      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  cmd->add_option("-o,--output", o->output, "Output: a .gguf path or a folder")->required();
+  cmd->add_option("--seed", o->seed, "Random seed");
+  cmd->add_option("--layers", o->layers,
+                  "Keep only the first N layers (0: all; for machines with little memory)")
+      ->check(CLI::Range(0, 1024));
+  cmd->final_callback([o] {
+    if (o->shape.empty() && o->config.empty())
+      fail("make-model", "--shape/--config", "expected one of them");
+    model::ModelConfig c =
+        o->config.empty() ? model::shape_config(o->shape) : model::load_hf_config(o->config);
+    if (model::family_name(c.family) != o->arch) {
+      fail("make-model", "--arch", "'{}' does not match the shape's family '{}'", o->arch,
+           model::family_name(c.family));
+    }
+    if (o->layers > 0 && o->layers < c.layers) {
+      c.layers = o->layers;
+      c.moe_layer.resize(static_cast<size_t>(c.layers));
+      c.validate();
+    }
+    const model::DType dtype = o->dtype == "bf16"  ? model::DType::kBF16
+                               : o->dtype == "f16" ? model::DType::kF16
+                                                   : model::DType::kF32;
+    const auto t0 = std::chrono::steady_clock::now();
+    model::write_model(c, o->output, model::random_slot_source(dtype, o->seed));
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::fprintf(stderr, "wrote %s (%s) in %.1f s\n", o->output.c_str(), c.summary().c_str(), s);
+  });
+}
+
+}  // namespace steermoe::cli

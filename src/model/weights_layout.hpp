@@ -1,0 +1,99 @@
+// The tensors a model file holds, per format, and writers for whole models. One enumeration
+// (tensor_layout) serves `make-model` (random values) and `convert` (values from a loaded model),
+// so the names, shapes and the GGUF <-> HF differences (stacked experts, MLA kv_b_proj split into
+// attn_k_b / attn_v_b) live in one place.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model/config.hpp"
+#include "model/dtype.hpp"
+#include "model/gguf.hpp"
+#include "model/mmap_file.hpp"
+#include "model/weights.hpp"
+
+namespace steermoe::model {
+
+// What a stored tensor is, independent of its file name.
+enum class Role : uint8_t {
+  kEmbed,
+  kOutput,
+  kFinalNorm,
+  kAttnNorm,
+  kFfnNorm,
+  kWq,
+  kWk,
+  kWv,
+  kWo,
+  kQNorm,
+  kKNorm,
+  kQa,
+  kQaNorm,
+  kQb,
+  kKvA,
+  kKvANorm,
+  kKvB,
+  kKB,
+  kVB,
+  kRouter,
+  kRouterBias,
+  kExpGate,
+  kExpUp,
+  kExpDown,
+  kSharedGate,
+  kSharedUp,
+  kSharedDown,
+  kDenseGate,
+  kDenseUp,
+  kDenseDown,
+};
+
+struct TensorSlot {
+  std::string name;
+  std::vector<uint64_t> shape;  // row-major, outermost first (HF convention)
+  Role role = Role::kEmbed;
+  int layer = -1;   // -1: not per layer
+  int expert = -1;  // routed-expert roles: the expert, or -1 for all experts stacked [E, ...]
+  bool vector() const { return shape.size() == 1; }
+  uint64_t elements() const;
+};
+
+// Every tensor of `config` in `format`, in the order a writer should store them.
+std::vector<TensorSlot> tensor_layout(const ModelConfig& config, WeightFormat format);
+
+// The GGUF metadata of a config (general.*, <arch>.*), the inverse of config_from_gguf.
+std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelConfig& config,
+                                                                   const std::string& name);
+
+// Values of a slot. `dtype_of` chooses its stored dtype; `produce` writes its bytes.
+struct SlotSource {
+  std::function<DType(const TensorSlot&)> dtype_of;
+  std::function<void(const TensorSlot&, DType, OutputFile&)> produce;
+};
+
+// Writes a model: `path` ending in .gguf gives one GGUF (with `extra_gguf` metadata, e.g. the
+// tokenizer); otherwise a folder with config.json and model.safetensors.
+void write_model(const ModelConfig& config, const std::filesystem::path& path,
+                 const SlotSource& source,
+                 const std::vector<std::pair<std::string, GgufValue>>& extra_gguf = {});
+
+// Source reading every slot from a loaded model (for convert): matrices keep their dtype,
+// vectors their source dtype; the MLA split / rebuild and expert stacking are done here.
+SlotSource model_slot_source(const Model& model);
+
+// Source of random weights (for make-model): matrices uniform with std 1/sqrt(fan_in), the
+// embedding std 1, norm weights 1 + std 0.1, correction bias std 0.1 (variances as the oracle's
+// init scheme; uniform rather than normal because it is ~10x faster for multi-GB models).
+// Matrices are stored as `dtype`, vectors as F32. Deterministic in `seed`.
+SlotSource random_slot_source(DType dtype, uint64_t seed);
+
+// Real shapes: "OLMoE-1B-7B", "Qwen3-30B-A3B", "Moonlight-16B-A3B", and "small" versions
+// ("olmoe-small", "qwen3moe-small", "deepseek-small") for tests. Throws Error for others.
+ModelConfig shape_config(const std::string& shape);
+
+}  // namespace steermoe::model

@@ -1,0 +1,306 @@
+// Values for tensor slots: read back from a loaded model (convert) or drawn at random
+// (make-model), and the named real shapes.
+#include <cmath>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "model/weights_layout.hpp"
+
+namespace steermoe::model {
+
+namespace {
+
+DType to_model_dtype(kernels::DType d) {
+  switch (d) {
+    case kernels::DType::kF32:
+      return DType::kF32;
+    case kernels::DType::kBF16:
+      return DType::kBF16;
+    case kernels::DType::kF16:
+      return DType::kF16;
+  }
+  return DType::kF32;
+}
+
+const kernels::Matrix& expert_matrix(const LayerWeights& w, Role role, size_t e) {
+  const SwigluWeights& s = w.experts[e];
+  return role == Role::kExpGate ? s.gate : role == Role::kExpUp ? s.up : s.down;
+}
+
+// The bound matrix of a non-stacked slot; nullptr for vectors, the embedding, stacked experts
+// and the MLA k_b / v_b halves.
+const kernels::Matrix* matrix_of(const Model& m, const TensorSlot& s) {
+  if (s.role == Role::kOutput) return &m.lm_head();
+  if (s.layer < 0) return nullptr;
+  const LayerWeights& w = m.layer(s.layer);
+  switch (s.role) {
+    case Role::kWq:
+      return &w.wq;
+    case Role::kWk:
+      return &w.wk;
+    case Role::kWv:
+      return &w.wv;
+    case Role::kWo:
+      return &w.wo;
+    case Role::kQa:
+      return &w.q_a;
+    case Role::kQb:
+      return &w.q_b;
+    case Role::kKvA:
+      return &w.kv_a;
+    case Role::kKvB:
+      return &w.kv_b;
+    case Role::kRouter:
+      return &w.router;
+    case Role::kSharedGate:
+      return &w.shared.gate;
+    case Role::kSharedUp:
+      return &w.shared.up;
+    case Role::kSharedDown:
+      return &w.shared.down;
+    case Role::kDenseGate:
+      return &w.dense.gate;
+    case Role::kDenseUp:
+      return &w.dense.up;
+    case Role::kDenseDown:
+      return &w.dense.down;
+    case Role::kExpGate:
+    case Role::kExpUp:
+    case Role::kExpDown:
+      return s.expert >= 0 ? &expert_matrix(w, s.role, static_cast<size_t>(s.expert)) : nullptr;
+    default:
+      return nullptr;
+  }
+}
+
+const WeightVector* vector_of(const Model& m, const TensorSlot& s) {
+  if (s.role == Role::kFinalNorm) return &m.final_norm();
+  if (s.layer < 0) return nullptr;
+  const LayerWeights& w = m.layer(s.layer);
+  switch (s.role) {
+    case Role::kAttnNorm:
+      return &w.attn_norm;
+    case Role::kFfnNorm:
+      return &w.ffn_norm;
+    case Role::kQNorm:
+      return &w.q_norm;
+    case Role::kKNorm:
+      return &w.k_norm;
+    case Role::kQaNorm:
+      return &w.q_a_norm;
+    case Role::kKvANorm:
+      return &w.kv_a_norm;
+    case Role::kRouterBias:
+      return &w.router_bias;
+    default:
+      return nullptr;
+  }
+}
+
+uint64_t element_size(kernels::DType d) {
+  return d == kernels::DType::kF32 ? 4 : 2;
+}
+
+void write_matrix(const kernels::Matrix& mat, OutputFile& out) {
+  SM_ASSERT(mat.row_stride == 0 || mat.row_stride == mat.cols);
+  out.write(mat.data, mat.rows * mat.cols * element_size(mat.dtype));
+}
+
+// GGUF attn_k_b [H, kv_lora, nope] / attn_v_b [H, v, kv_lora] from kv_b [H * (nope + v), kv_lora].
+void write_mla_half(const Model& m, const TensorSlot& s, OutputFile& out) {
+  const ModelConfig& c = m.config();
+  const kernels::Matrix& kvb = m.layer(s.layer).kv_b;
+  const uint64_t es = element_size(kvb.dtype);
+  const auto heads = static_cast<uint64_t>(c.heads),
+             lora = static_cast<uint64_t>(c.mla.kv_lora_rank);
+  const auto nope = static_cast<uint64_t>(c.mla.qk_nope_head_dim),
+             vd = static_cast<uint64_t>(c.mla.v_head_dim);
+  const auto* base = static_cast<const std::byte*>(kvb.data);
+  if (s.role == Role::kVB) {
+    for (uint64_t h = 0; h < heads; ++h)
+      out.write(base + (h * (nope + vd) + nope) * lora * es, vd * lora * es);
+    return;
+  }
+  std::vector<std::byte> head(lora * nope * es);
+  for (uint64_t h = 0; h < heads; ++h) {
+    for (uint64_t col = 0; col < lora; ++col) {
+      for (uint64_t r = 0; r < nope; ++r) {
+        std::memcpy(&head[(col * nope + r) * es], base + ((h * (nope + vd) + r) * lora + col) * es,
+                    es);
+      }
+    }
+    out.write(head.data(), head.size());
+  }
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t hash_name(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (char ch : s) h = (h ^ static_cast<uint8_t>(ch)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+SlotSource model_slot_source(const Model& m) {
+  SlotSource src;
+  src.dtype_of = [&m](const TensorSlot& s) -> DType {
+    if (s.role == Role::kEmbed) return m.weight_dtype();
+    if (const WeightVector* v = vector_of(m, s)) return v->source_dtype;
+    if (const kernels::Matrix* mat = matrix_of(m, s)) return to_model_dtype(mat->dtype);
+    if (s.role == Role::kKB || s.role == Role::kVB)
+      return to_model_dtype(m.layer(s.layer).kv_b.dtype);
+    SM_ASSERT(s.expert < 0);  // stacked experts
+    return to_model_dtype(expert_matrix(m.layer(s.layer), s.role, 0).dtype);
+  };
+  src.produce = [&m](const TensorSlot& s, DType dtype, OutputFile& out) {
+    if (s.role == Role::kEmbed) {
+      out.write(m.embedding().bytes());
+    } else if (const WeightVector* v = vector_of(m, s)) {
+      std::vector<std::byte> bytes(*dtype_byte_size(dtype, v->size()));
+      convert_from_f32(dtype, *v, bytes, s.name);
+      out.write(bytes);
+    } else if (const kernels::Matrix* mat = matrix_of(m, s)) {
+      write_matrix(*mat, out);
+    } else if (s.role == Role::kKB || s.role == Role::kVB) {
+      write_mla_half(m, s, out);
+    } else {
+      const LayerWeights& w = m.layer(s.layer);
+      for (size_t e = 0; e < w.experts.size(); ++e) write_matrix(expert_matrix(w, s.role, e), out);
+    }
+  };
+  return src;
+}
+
+SlotSource random_slot_source(DType dtype, uint64_t seed) {
+  SlotSource src;
+  src.dtype_of = [dtype](const TensorSlot& s) { return s.vector() ? DType::kF32 : dtype; };
+  src.produce = [seed](const TensorSlot& s, DType dt, OutputFile& out) {
+    float mean = 0.0f, std = 0.0f;
+    switch (s.role) {
+      case Role::kEmbed:
+        std = 1.0f;
+        break;
+      case Role::kRouterBias:
+        std = 0.1f;
+        break;
+      case Role::kKB:
+        std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
+        break;
+      default:
+        if (s.vector()) {
+          mean = 1.0f;
+          std = 0.1f;
+        } else {
+          std = 1.0f / std::sqrt(static_cast<float>(s.shape.back()));
+        }
+    }
+    const float half_width = std * std::sqrt(3.0f);  // uniform(-a, a) has std a / sqrt(3)
+    uint64_t state = seed ^ hash_name(s.name);
+    constexpr size_t kChunk = size_t{1} << 20;
+    std::vector<float> values;
+    std::vector<std::byte> bytes;
+    for (uint64_t done = 0, total = s.elements(); done < total;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, total - done));
+      values.resize(n);
+      for (size_t i = 0; i < n; ++i) {
+        const float u =
+            static_cast<float>(splitmix64(state) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+        values[i] = mean + (2.0f * u - 1.0f) * half_width;
+      }
+      bytes.resize(*dtype_byte_size(dt, n));
+      convert_from_f32(dt, values, bytes, s.name);
+      out.write(bytes);
+      done += n;
+    }
+  };
+  return src;
+}
+
+ModelConfig shape_config(const std::string& shape) {
+  ModelConfig c;
+  c.source = "shape " + shape;
+  c.rope = RopeKind::kNeox;
+  c.max_positions = 4096;
+  if (shape == "OLMoE-1B-7B" || shape == "olmoe-small") {
+    const bool small = shape == "olmoe-small";
+    c.family = Family::kOlmoe;
+    c.vocab = small ? 300 : 50304;
+    c.hidden = small ? 64 : 2048;
+    c.layers = small ? 3 : 16;
+    c.heads = c.kv_heads = small ? 4 : 16;
+    c.head_dim = small ? 16 : 128;
+    c.rms_eps = 1e-5f;
+    c.rope_theta = 10000.0f;
+    c.experts = small ? 16 : 64;
+    c.top_k = small ? 4 : 8;
+    c.expert_ffn = small ? 32 : 1024;
+    c.qk_norm = QkNorm::kWholeProjection;
+    c.eos_token = small ? 296 : 50279;
+  } else if (shape == "Qwen3-30B-A3B" || shape == "qwen3moe-small") {
+    const bool small = shape == "qwen3moe-small";
+    c.family = Family::kQwen3Moe;
+    c.vocab = small ? 300 : 151936;
+    c.hidden = small ? 64 : 2048;
+    c.layers = small ? 3 : 48;
+    c.heads = small ? 4 : 32;
+    c.kv_heads = small ? 2 : 4;
+    c.head_dim = small ? 32 : 128;
+    c.rms_eps = 1e-6f;
+    c.rope_theta = 1e6f;
+    c.max_positions = small ? 4096 : 40960;
+    c.experts = small ? 16 : 128;
+    c.top_k = small ? 4 : 8;
+    c.expert_ffn = small ? 32 : 768;
+    c.dense_ffn = small ? 128 : 6144;
+    c.norm_topk_prob = true;
+    c.qk_norm = QkNorm::kPerHead;
+    c.bos_token = small ? 297 : 151643;
+    c.eos_token = small ? 296 : 151645;
+  } else if (shape == "Moonlight-16B-A3B" || shape == "deepseek-small") {
+    const bool small = shape == "deepseek-small";
+    c.family = Family::kDeepseekV3;
+    c.vocab = small ? 300 : 163840;
+    c.hidden = small ? 64 : 2048;
+    c.layers = small ? 3 : 27;
+    c.heads = c.kv_heads = small ? 4 : 16;
+    c.rms_eps = small ? 1e-6f : 1e-5f;
+    c.rope_theta = small ? 10000.0f : 50000.0f;
+    c.rope = RopeKind::kInterleaved;
+    c.max_positions = small ? 4096 : 8192;
+    c.mla = {.q_lora_rank = 0,
+             .kv_lora_rank = small ? 32 : 512,
+             .qk_nope_head_dim = small ? 16 : 128,
+             .qk_rope_head_dim = small ? 8 : 64,
+             .v_head_dim = small ? 16 : 128,
+             .lora_norm_eps = 1e-6f};
+    c.experts = small ? 16 : 64;
+    c.top_k = 6;
+    c.expert_ffn = small ? 32 : 1408;
+    c.shared_ffn = 2 * c.expert_ffn;
+    c.dense_ffn = small ? 96 : 11264;
+    c.router = RouterScore::kSigmoid;
+    c.norm_topk_prob = true;
+    c.routed_scaling_factor = 2.446f;
+    c.correction_bias = true;
+    c.bos_token = small ? 297 : 163584;
+    c.eos_token = small ? 296 : 163586;
+  } else {
+    fail("--shape", "name",
+         "expected OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, olmoe-small, qwen3moe-small or "
+         "deepseek-small, found '{}'",
+         shape);
+  }
+  c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
+  if (c.family == Family::kDeepseekV3) c.moe_layer[0] = 0;
+  c.validate();
+  return c;
+}
+
+}  // namespace steermoe::model
