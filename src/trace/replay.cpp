@@ -203,13 +203,18 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
   if (!meta.policy) {
     summary.loop_reason = "trace recorded under exact routing (meta.json has no \"policy\")";
   } else {
+    // Compare with the model's window filled in, so "psr:lambda=0.3" equals "...,w=8" on OLMoE.
+    auto resolved = [&](policy::PolicyConfig c) {
+      c.window = c.effective_window(spec);
+      return c.to_string();
+    };
     std::string recorded;
     try {
-      recorded = policy::parse_policy(*meta.policy).to_string();
+      recorded = resolved(policy::parse_policy(*meta.policy));
     } catch (const Error&) {
       recorded = *meta.policy;
     }
-    if (recorded != summary.policy) {
+    if (recorded != resolved(config)) {
       summary.loop_reason = "trace recorded under " + recorded;
     } else if (meta.cache_slots && *meta.cache_slots != options.cache_slots) {
       summary.loop_reason = fmt::format("trace recorded with cache {}", *meta.cache_slots);

@@ -69,7 +69,7 @@ policy::RouterSpec TraceMeta::router_spec() const {
   spec.topk_group = topk_group;
   spec.norm_topk_prob = norm_topk_prob;
   spec.routed_scaling_factor = routed_scaling_factor;
-  spec.default_window = window;
+  spec.default_window = window > 0 ? window : std::min(8, experts);
   return spec;
 }
 
@@ -86,7 +86,7 @@ json TraceMeta::to_json() const {
   out["topk_group"] = topk_group;
   out["norm_topk_prob"] = norm_topk_prob;
   out["routed_scaling_factor"] = routed_scaling_factor;
-  out["window"] = window;
+  if (window > 0) out["window"] = window;
   if (vocab > 0) out["vocab"] = vocab;
   if (policy) out["policy"] = *policy;
   if (cache_slots) out["cache_slots"] = *cache_slots;
@@ -141,8 +141,7 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
            it->dump());
     meta.routed_scaling_factor = it->get<float>();
   }
-  meta.window = static_cast<int>(
-      get_int(object, "window", where, 1, meta.experts, std::min(8, meta.experts)));
+  meta.window = static_cast<int>(get_int(object, "window", where, 1, meta.experts, 0));
   meta.vocab = static_cast<int>(get_int(object, "vocab", where, 0, INT32_MAX, 0));
   if (const auto it = object.find("policy"); it != object.end() && !it->is_null()) {
     if (!it->is_string()) fail(where, "policy", "expected a policy string, found {}", it->dump());
@@ -269,6 +268,7 @@ Trace Trace::open(const std::filesystem::path& dir, const TraceOpenOptions& opti
   if (std::filesystem::exists(dir / "weights_scores.npy")) {
     trace.weights_scores_ = NpyArray::open(dir / "weights_scores.npy", {DType::kF32});
     validate_scores(meta, trace.weights_scores_, steps, options.check_finite);
+    trace.has_weights_scores_ = true;
   }
   if (std::filesystem::exists(dir / "sequences.npy")) {
     trace.sequence_starts_ = load_sequence_starts(
@@ -291,6 +291,10 @@ TraceWriter::TraceWriter(const std::filesystem::path& dir, TraceMeta meta, bool 
   // A stale weights_scores.npy from an earlier trace in the same folder would be read back as
   // part of this one.
   if (!with_weights_) std::filesystem::remove(dir / "weights_scores.npy");
+  if (meta_.moe_layer_ids.empty())
+    for (int l = 0; l < meta_.layers; ++l) meta_.moe_layer_ids.push_back(l);
+  // Fail now, not after hours of recording, if the meta would not read back.
+  trace_meta_from_json(meta_.to_json(), (dir / "meta.json").string());
   if (with_weights_)
     weights_.emplace(dir / "weights_scores.npy", DType::kF32,
                      std::vector<uint64_t>{static_cast<uint64_t>(meta_.layers),

@@ -31,7 +31,7 @@ struct TraceMeta {
   int topk_group = 1;
   bool norm_topk_prob = false;
   float routed_scaling_factor = 1.0f;
-  int window = 8;                     // default pre-gate window W of the model
+  int window = 0;                     // default pre-gate window W of the model; 0 = min(8, E)
   int vocab = 0;                      // tokenizer vocabulary size; 0 = unknown
   std::optional<std::string> policy;  // policy the trace was recorded under; absent = exact
   std::optional<int> cache_slots;     // cache size it was recorded with (closed loop needs it)
@@ -65,7 +65,7 @@ class Trace {
   std::span<const int32_t> tokens() const { return tokens_; }
   std::span<const float> scores(int64_t t, int layer) const { return row(scores_, t, layer); }
   std::span<const float> pregate(int64_t t, int layer) const { return row(pregate_, t, layer); }
-  bool has_weights_scores() const { return weights_scores_.size() > 0; }
+  bool has_weights_scores() const { return has_weights_scores_; }
   // Empty when the trace has no weights_scores.npy.
   std::span<const float> weights_scores(int64_t t, int layer) const {
     return has_weights_scores() ? row(weights_scores_, t, layer) : std::span<const float>{};
@@ -83,6 +83,7 @@ class Trace {
   TraceMeta meta_;
   std::vector<int32_t> tokens_;
   NpyArray scores_, pregate_, weights_scores_;
+  bool has_weights_scores_ = false;
   std::vector<int64_t> sequence_starts_;
 };
 
