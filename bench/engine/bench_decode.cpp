@@ -1,0 +1,238 @@
+// Decode ms/token at batch 1 with every expert resident, against the memory-bandwidth floor
+// (bytes of the weights one token reads / measured read bandwidth), at 1 and 2 threads. JSON on
+// stdout.
+//
+// Model: $STEERMOE_BENCH_MODEL (a .gguf or HF folder), or else a random OLMoE-1B-7B-shaped BF16
+// GGUF written to $STEERMOE_BENCH_DIR (default /tmp) by make-model's code. If the machine has
+// too little free memory to keep all 16 layers resident, the generated model keeps fewer layers
+// (reported as "layers"): the floor and the measurement scale together. $STEERMOE_BENCH_LAYERS
+// forces a layer count. If $LLAMA_CPP_DIR is set, llama.cpp's llama-bench runs on the same GGUF
+// side by side (its JSON is embedded in the output).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/sampler.hpp"
+#include "model/weights_layout.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using steermoe::engine::Engine;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+__attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
+  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 64 <= n; i += 64) {
+    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
+    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
+    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
+    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+}
+
+__attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+  }
+  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
+}
+
+// Best-of-5 read bandwidth (bytes/s) summing a buffer far larger than the caches.
+double read_bandwidth(int threads, size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  volatile float sink = 0.0f;
+  double best = 0.0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    std::vector<float> part(static_cast<size_t>(threads));
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        part[static_cast<size_t>(t)] =
+            avx512 ? sum_avx512(&buf[begin], end - begin) : sum_avx2(&buf[begin], end - begin);
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = seconds_since(t0);
+    for (float v : part) sink = sink + v;
+    best = std::max(best, static_cast<double>(bytes) / s);
+  }
+  return best;
+}
+
+uint64_t mem_available_bytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  uint64_t kb = 0;
+  std::string unit;
+  while (in >> key >> kb >> unit) {
+    if (key == "MemAvailable:") return kb * 1024;
+  }
+  return 0;
+}
+
+fs::path prepare_model(nlohmann::json& report) {
+  if (const char* m = std::getenv("STEERMOE_BENCH_MODEL")) return m;
+  steermoe::model::ModelConfig c = steermoe::model::shape_config("OLMoE-1B-7B");
+  int layers = c.layers;
+  if (const char* l = std::getenv("STEERMOE_BENCH_LAYERS")) {
+    layers = std::clamp(std::atoi(l), 1, c.layers);
+  } else {
+    // Keep the whole file plus 3 GiB of headroom in memory.
+    const uint64_t per_layer = 862'000'000ull;  // bf16 bytes of one OLMoE-1B-7B layer
+    const uint64_t avail = mem_available_bytes();
+    const uint64_t budget =
+        avail > (3ull << 30) + 400'000'000ull ? avail - (3ull << 30) - 400'000'000ull : 0;
+    layers = static_cast<int>(
+        std::clamp<uint64_t>(budget / per_layer, 1, static_cast<uint64_t>(c.layers)));
+  }
+  c.layers = layers;
+  c.moe_layer.resize(static_cast<size_t>(layers));
+  const char* dir = std::getenv("STEERMOE_BENCH_DIR");
+  const fs::path path = fs::path(dir ? dir : "/tmp") /
+                        ("steermoe-bench-olmoe-1b-7b-bf16-" + std::to_string(layers) + "l.gguf");
+  report["generated_model_layers"] = layers;
+  if (!fs::exists(path)) {
+    std::fprintf(stderr, "bench: writing %s (%d layers)...\n", path.c_str(), layers);
+    steermoe::model::write_model(
+        c, path, steermoe::model::random_slot_source(steermoe::model::DType::kBF16, 1));
+  }
+  return path;
+}
+
+nlohmann::json time_decode(const steermoe::model::Model& m, int threads, int tokens) {
+  Engine engine(m, {.threads = threads, .context = 256});
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 16; ++i) prompt.push_back((i * 7919 + 11) % m.config().vocab);
+  engine.prefill(prompt);  // warm-up: maps every attention/dense weight page
+  engine.reset();
+  const auto p0 = Clock::now();
+  auto logits = engine.prefill(prompt);
+  const double prompt_s = seconds_since(p0);
+  int32_t next = steermoe::engine::argmax(logits);
+  // Warm-up: bring every weight page in (all experts resident) before timing.
+  for (int i = 0; i < 4; ++i) next = steermoe::engine::argmax(engine.decode(next));
+  std::vector<double> per_token;
+  for (int i = 0; i < tokens; ++i) {
+    const auto t0 = Clock::now();
+    logits = engine.decode(next);
+    per_token.push_back(seconds_since(t0) * 1e3);
+    next = steermoe::engine::argmax(logits);
+  }
+  std::vector<double> sorted = per_token;
+  std::sort(sorted.begin(), sorted.end());
+  double mean = 0.0;
+  for (double v : per_token) mean += v;
+  mean /= static_cast<double>(per_token.size());
+  return {{"threads", threads},
+          {"tokens", tokens},
+          {"ms_per_token_mean", mean},
+          {"ms_per_token_median", sorted[sorted.size() / 2]},
+          {"ms_per_token_min", sorted.front()},
+          {"prompt_tokens", prompt.size()},
+          {"prompt_tok_per_s", static_cast<double>(prompt.size()) / prompt_s}};
+}
+
+std::string run_capture(const std::string& cmd) {
+  std::string out;
+  if (std::FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[4096];
+    size_t n = 0;
+    while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    pclose(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+int main() {
+  try {
+    nlohmann::json report;
+    const fs::path path = prepare_model(report);
+    auto model = steermoe::model::Model::load(path);
+    const uint64_t bytes = model->bytes_per_token();
+    report["model"] = path.string();
+    report["config"] = model->config().summary();
+    report["weight_dtype"] = std::string(steermoe::model::dtype_name(model->weight_dtype()));
+    report["isa"] = std::string(steermoe::kernels::isa_name(steermoe::kernels::active_isa()));
+    report["bytes_per_token"] = bytes;
+    const int tokens = std::getenv("STEERMOE_BENCH_TOKENS")
+                           ? std::max(1, std::atoi(std::getenv("STEERMOE_BENCH_TOKENS")))
+                           : 24;
+    nlohmann::json runs = nlohmann::json::array();
+    for (int threads : {1, 2}) {
+      nlohmann::json r = time_decode(*model, threads, tokens);
+      const double bw = read_bandwidth(threads, size_t{1} << 30);
+      const double floor_ms = static_cast<double>(bytes) / bw * 1e3;
+      r["read_bandwidth_gb_s"] = bw / 1e9;
+      r["floor_ms_per_token"] = floor_ms;
+      r["fraction_of_floor"] = floor_ms / r["ms_per_token_median"].get<double>();
+      runs.push_back(r);
+    }
+    report["runs"] = runs;
+    if (const char* llama = std::getenv("LLAMA_CPP_DIR")) {
+      fs::path gguf = path;
+      if (path.extension() != ".gguf") {
+        gguf = fs::path(std::getenv("STEERMOE_BENCH_DIR") ? std::getenv("STEERMOE_BENCH_DIR")
+                                                          : "/tmp") /
+               "steermoe-bench-converted.gguf";
+        steermoe::model::write_model(model->config(), gguf,
+                                     steermoe::model::model_slot_source(*model));
+      }
+      const fs::path bench = fs::path(llama) / "build" / "bin" / "llama-bench";
+      const std::string out =
+          run_capture(bench.string() + " -m " + gguf.string() + " -p 0 -n " +
+                      std::to_string(tokens) + " -t 1,2 -r 3 -o json 2>/dev/null");
+      nlohmann::json parsed = nlohmann::json::parse(out, nullptr, false);
+      report["llama_cpp"] = parsed.is_discarded() ? nlohmann::json(out) : parsed;
+      if (!parsed.is_discarded() && parsed.is_array()) {
+        for (auto& run : parsed) {
+          if (run.contains("avg_ts") && run.contains("n_threads")) {
+            const int t = run["n_threads"].get<int>();
+            const double llama_ms = 1e3 / run["avg_ts"].get<double>();
+            for (auto& r : report["runs"]) {
+              if (r["threads"] == t) {
+                r["llama_cpp_ms_per_token"] = llama_ms;
+                r["speedup_vs_llama_cpp"] = llama_ms / r["ms_per_token_median"].get<double>();
+              }
+            }
+          }
+        }
+      }
+    }
+    std::printf("%s\n", report.dump(2).c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_decode: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
