@@ -136,7 +136,8 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
     meta.norm_topk_prob = it->get<bool>();
   }
   if (const auto it = object.find("routed_scaling_factor"); it != object.end()) {
-    if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() <= 0)
+    // Checked as float32, the type it is used in (1e300 is finite as a double, not as a float).
+    if (!it->is_number() || !std::isfinite(it->get<float>()) || !(it->get<float>() > 0.0f))
       fail(where, "routed_scaling_factor", "expected a positive finite number, found {}",
            it->dump());
     meta.routed_scaling_factor = it->get<float>();

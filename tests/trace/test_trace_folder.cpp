@@ -216,6 +216,10 @@ TEST(TraceFolder, RejectsBadMetaJson) {
        {"policy", "policy string"}},
       {R"({"layers": 2, "experts": 3, "top_k": 2, "router": "softmax", "routed_scaling_factor": -1})",
        {"routed_scaling_factor", "positive"}},
+      {R"({"layers": 2, "experts": 3, "top_k": 2, "router": "softmax", "routed_scaling_factor": 1e300})",
+       {"routed_scaling_factor", "finite"}},
+      {R"({"layers": 2, "experts": 3, "top_k": 2, "router": "softmax", "window": 4})",
+       {"window", "[1, 3]"}},
   };
   for (const auto& [text, pieces] : cases) {
     SCOPED_TRACE(text);
