@@ -94,6 +94,7 @@ void add_detokenize_command(CLI::App& root) {
   struct Options {
     std::string model;
     std::string ids;
+    std::string ids_file;
     bool skip_special = false;
   };
   auto options = std::make_shared<Options>();
@@ -103,12 +104,18 @@ void add_detokenize_command(CLI::App& root) {
          "-m,--model", options->model,
          "Tokenizer source: a .gguf file, a folder with tokenizer.json, or a tokenizer.json")
       ->required();
-  cmd->add_option("--ids", options->ids, "Token ids, e.g. 1,2,3 or \"[1, 2, 3]\"")->required();
+  CLI::Option* ids =
+      cmd->add_option("--ids", options->ids, "Token ids, e.g. 1,2,3 or \"[1, 2, 3]\"");
+  CLI::Option* ids_file = cmd->add_option("--ids-file", options->ids_file,
+                                          "File holding the ids (e.g. the output of tokenize)");
+  ids->excludes(ids_file);
   cmd->add_flag("--skip-special", options->skip_special, "Leave control tokens out of the text");
-  cmd->final_callback([options] {
+  cmd->final_callback([options, ids, ids_file] {
+    if (ids->count() == 0 && ids_file->count() == 0)
+      fail("detokenize", "input", "expected --ids or --ids-file");
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(options->model);
-    const std::string out =
-        tok.decode(parse_ids(options->ids), {.skip_special = options->skip_special});
+    const std::string list = ids_file->count() ? read_file(options->ids_file) : options->ids;
+    const std::string out = tok.decode(parse_ids(list), {.skip_special = options->skip_special});
     std::fwrite(out.data(), 1, out.size(), stdout);
   });
 }

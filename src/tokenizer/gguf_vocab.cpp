@@ -72,8 +72,9 @@ Vocabulary vocabulary_from_gguf(const model::GgufFile& file) {
   vocab.eos_id = special_id(file, "tokenizer.ggml.eos_token_id");
   vocab.pad_id = special_id(file, "tokenizer.ggml.padding_token_id");
   vocab.unk_id = special_id(file, "tokenizer.ggml.unknown_token_id");
-  vocab.add_bos = file.find_bool("tokenizer.ggml.add_bos_token").value_or(false);
-  vocab.add_eos = file.find_bool("tokenizer.ggml.add_eos_token").value_or(false);
+  vocab.add_bos =
+      file.find_bool("tokenizer.ggml.add_bos_token").value_or(family->add_bos) && vocab.bos_id;
+  vocab.add_eos = file.find_bool("tokenizer.ggml.add_eos_token").value_or(false) && vocab.eos_id;
   vocab.chat_template = file.find_string("tokenizer.chat_template").value_or("");
   return vocab;
 }

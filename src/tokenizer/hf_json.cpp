@@ -228,6 +228,51 @@ std::optional<std::string> config_token_text(const Reader& r, const json& config
        value->type_name());
 }
 
+// HF TemplateProcessing (possibly inside a Sequence post-processor): special tokens placed
+// before / after the single-sequence template become add_bos / add_eos. Other processors add
+// nothing. tokenizer_config.json's add_bos_token / add_eos_token, applied later, win.
+void apply_post_processor(const Reader& r, const json& node, const std::string& field,
+                          Vocabulary& vocab, int depth) {
+  if (node.is_null() || !node.is_object() || depth > 16) return;
+  const json* type = r.member(node, "type");
+  if (type == nullptr || !type->is_string()) return;
+  if (*type == "Sequence") {
+    if (const json* list = r.member(node, "processors"); list != nullptr && list->is_array())
+      for (size_t i = 0; i < list->size(); ++i)
+        apply_post_processor(r, (*list)[i], fmt::format("{}.processors[{}]", field, i), vocab,
+                             depth + 1);
+    return;
+  }
+  if (*type != "TemplateProcessing") return;
+  const json* single = r.member(node, "single");
+  if (single == nullptr || !single->is_array()) return;
+  bool seen_sequence = false;
+  for (size_t i = 0; i < single->size(); ++i) {
+    const json& item = (*single)[i];
+    if (!item.is_object()) continue;
+    if (item.contains("Sequence")) {
+      seen_sequence = true;
+      continue;
+    }
+    const json* special = r.member(item, "SpecialToken");
+    if (special == nullptr || !special->is_object()) continue;
+    const std::string item_field = fmt::format("{}.single[{}].SpecialToken.id", field, i);
+    const std::string text = r.string(r.require(*special, "id", item_field), item_field);
+    std::optional<TokenId> id;
+    for (size_t t = 0; t < vocab.tokens.size() && !id; ++t)
+      if (vocab.tokens[t] == text) id = static_cast<TokenId>(t);
+    if (!id)
+      fail(r.where(), item_field, "expected a token of the vocabulary, \"{}\" is not one", text);
+    if (!seen_sequence) {
+      vocab.bos_id = id;
+      vocab.add_bos = true;
+    } else {
+      vocab.eos_id = id;
+      vocab.add_eos = true;
+    }
+  }
+}
+
 std::string checked_utf8(const std::string& text, const std::string& what) {
   if (const auto bad = find_invalid_utf8(text))
     fail("tokenizer.json writer", what, "expected valid UTF-8 (JSON), invalid byte at offset {}",
@@ -430,6 +475,8 @@ Vocabulary parse_tokenizer_json(std::string_view json_text, const std::string& w
   if (!state.saw_byte_level)
     fail(where, "pre_tokenizer", "expected a ByteLevel step (only byte-level BPE is supported)");
   if (const json* decoder = r.member(root, "decoder")) check_decoder(r, *decoder);
+  if (const json* post = r.member(root, "post_processor"))
+    apply_post_processor(r, *post, "post_processor", vocab, 0);
 
   if (const PreTokenizerFamily* family = find_family_by_splits(vocab.splits);
       family && !vocab.add_prefix_space)

@@ -6,7 +6,9 @@
 // from Sequence / Split (Regex or String pattern, any behavior, invert) / Digits / ByteLevel
 // (use_regex true implies the GPT-2 regex); normalizer null or NFC (NFC is not applied, as in
 // llama.cpp); decoder ByteLevel or null; added_tokens with special / lstrip / rstrip /
-// single_word flags. Anything else is rejected with "<file>: <field>: <what was expected>".
+// single_word flags; post_processor TemplateProcessing (also inside Sequence) sets bos/eos and
+// add_bos/add_eos from the special tokens around the single-sequence template. Anything else is
+// rejected with "<file>: <field>: <what was expected>".
 #pragma once
 
 #include <filesystem>

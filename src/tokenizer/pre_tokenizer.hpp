@@ -21,6 +21,7 @@ struct PreTokenizerFamily {
   // (e.g. GPT-2 without the trailing `|\s+`), used to recognise the family.
   std::vector<std::vector<std::string_view>> equivalent_patterns;
   bool ignore_merges = false;  // llama.cpp turns on ignore_merges for this family
+  bool add_bos = false;        // llama.cpp's add_bos default when the GGUF does not say
 };
 
 const std::vector<PreTokenizerFamily>& pre_tokenizer_families();

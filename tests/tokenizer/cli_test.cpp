@@ -76,6 +76,24 @@ TEST_F(TokenizeCli, DetokenizePrintsText) {
   EXPECT_EQ(r.output, "Hello world<|endoftext|>");
 }
 
+TEST_F(TokenizeCli, FileRoundTrip) {
+  // Every oracle text joined: tokenize --file, then detokenize --ids-file gives the bytes back.
+  const nlohmann::json cases =
+      nlohmann::json::parse(test::read_file(test::oracle_path("cases.json")));
+  std::string text;
+  for (const auto& c : cases["cases"]) text += c["text"].get<std::string>() + "\n";
+  const test::TempDir dir;
+  test::write_file(dir.path() / "in.txt", text);
+  const Result ids = run("tokenize -m " + gguf_ + " --file " + (dir.path() / "in.txt").string());
+  ASSERT_EQ(ids.status, 0) << ids.output;
+  EXPECT_GT(nlohmann::json::parse(ids.output).size(), 100u);
+  test::write_file(dir.path() / "ids.json", ids.output);
+  const Result back =
+      run("detokenize -m " + json_ + " --ids-file " + (dir.path() / "ids.json").string());
+  ASSERT_EQ(back.status, 0) << back.output;
+  EXPECT_EQ(back.output, text);
+}
+
 TEST_F(TokenizeCli, ErrorsExitNonZeroWithMessage) {
   Result r = run("detokenize -m " + json_ + " --ids 1,x");
   EXPECT_NE(r.status, 0);

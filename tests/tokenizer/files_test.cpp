@@ -186,6 +186,24 @@ TEST(TokenizerJson, TokenizerConfigSetsSpecialsAndTemplate) {
   EXPECT_EQ(tok.encode("ab", {.add_special = false}), (std::vector<TokenId>{2}));
 }
 
+TEST(TokenizerJson, TemplateProcessingAddsBos) {
+  json doc = small_tokenizer();
+  doc["post_processor"] = json::parse(R"({"type": "Sequence", "processors": [
+      {"type": "ByteLevel"},
+      {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                                                 {"Sequence": {"id": "A", "type_id": 0}}]}]})");
+  Vocabulary vocab = parse_tokenizer_json(doc.dump(), "post.json");
+  EXPECT_EQ(vocab.bos_id, 4);
+  EXPECT_TRUE(vocab.add_bos);
+  EXPECT_FALSE(vocab.add_eos);
+  EXPECT_EQ(Tokenizer(vocab).encode("ab", {.add_special = true}), (std::vector<TokenId>{4, 2}));
+  // tokenizer_config.json has the last word.
+  apply_tokenizer_config(R"({"add_bos_token": false})", "config.json", vocab);
+  EXPECT_FALSE(vocab.add_bos);
+  doc["post_processor"]["processors"][1]["single"][0]["SpecialToken"]["id"] = "<nope>";
+  expect_rejected(doc, "post_processor.processors[1].single[0].SpecialToken.id", "\"<nope>\"");
+}
+
 TEST(TokenizerJson, AddedTokenStripFlags) {
   json doc = small_tokenizer();
   doc["added_tokens"][0]["lstrip"] = true;
