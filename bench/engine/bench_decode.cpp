@@ -44,7 +44,11 @@ __attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
     a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
     a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
   }
-  return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  float lanes[16];
+  _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
+  float total = 0.0f;
+  for (float v : lanes) total += v;
+  return total;
 }
 
 __attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {

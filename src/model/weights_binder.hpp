@@ -95,10 +95,17 @@ class WeightBinder {
       m.data = t.data + first_row * cols * dtype_size(t.dtype);
       return m;
     }
-    // Other float types (F64, Q8_0): an owned f32 copy.
-    std::vector<float> all = t.to_f32();
+    // Other float types (F64, Q8_0): an owned f32 copy of just these rows. A Q8_0 row must be a
+    // whole number of 32-element blocks, otherwise rows cannot be addressed.
+    const auto row_bytes = dtype_byte_size(t.dtype, cols);
+    if (!row_bytes) {
+      fail(where_, "tensor '" + t.name + "'", "rows of {} elements cannot be stored as {}", cols,
+           dtype_name(t.dtype));
+    }
     std::vector<std::byte> bytes(elements * sizeof(float));
-    std::memcpy(bytes.data(), all.data() + first_row * cols, bytes.size());
+    convert_to_f32(t.dtype,
+                   {t.data + first_row * *row_bytes, static_cast<size_t>(rows * *row_bytes)},
+                   {reinterpret_cast<float*>(bytes.data()), static_cast<size_t>(elements)}, t.name);
     m.dtype = kernels::DType::kF32;
     m.data = own(std::move(bytes));
     return m;

@@ -24,7 +24,7 @@ using U = uint64_t;
 
 class LayoutBuilder {
  public:
-  LayoutBuilder(const ModelConfig& c, WeightFormat f) : c_(c), gguf_(f == WeightFormat::kGguf) {}
+  explicit LayoutBuilder(WeightFormat f) : gguf_(f == WeightFormat::kGguf) {}
 
   void add(std::string gguf_name, std::string hf_name, std::vector<U> shape, Role role,
            int layer = -1, int expert = -1) {
@@ -39,7 +39,6 @@ class LayoutBuilder {
   std::vector<TensorSlot> take() { return std::move(slots_); }
 
  private:
-  const ModelConfig& c_;
   bool gguf_;
   std::vector<TensorSlot> slots_;
 };
@@ -57,7 +56,7 @@ void add_swiglu(LayoutBuilder& b, int l, const char* gsuffix, const char* hprefi
 }  // namespace
 
 std::vector<TensorSlot> tensor_layout(const ModelConfig& c, WeightFormat format) {
-  LayoutBuilder b(c, format);
+  LayoutBuilder b(format);
   const U H = static_cast<U>(c.hidden), V = static_cast<U>(c.vocab);
   const U heads = static_cast<U>(c.heads);
   b.add("token_embd.weight", "model.embed_tokens.weight", {V, H}, Role::kEmbed);

@@ -52,7 +52,10 @@ std::string token_list(const std::string& model) {
   std::ifstream in(kOracle / model / "tokens.json");
   const auto ids = json::parse(in).at("tokens").get<std::vector<int>>();
   std::string s;
-  for (int id : ids) s += (s.empty() ? "" : ",") + std::to_string(id);
+  for (int id : ids) {
+    if (!s.empty()) s += ',';
+    s += std::to_string(id);
+  }
   return s;
 }
 
