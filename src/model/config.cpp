@@ -217,7 +217,12 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       c.rope = RopeKind::kInterleaved;
       c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
       c.dense_ffn = gguf_int(f, p + "feed_forward_length");
-      c.shared_ffn = gguf_int_or(f, p + "expert_shared_count", 0) * c.expert_ffn;
+      const int64_t shared = static_cast<int64_t>(gguf_int_or(f, p + "expert_shared_count", 0)) * c.expert_ffn;
+      if (shared > ConfigLimits::kMaxFfn) {
+        fail(f.name(), p + "expert_shared_count", "shared experts x expert FFN must be <= {}, found {}",
+             ConfigLimits::kMaxFfn, shared);
+      }
+      c.shared_ffn = static_cast<int>(shared);
       const int dense_lead = gguf_int_or(f, p + "leading_dense_block_count", 0);
       for (int l = 0; l < std::min(dense_lead, c.layers); ++l)
         c.moe_layer[static_cast<size_t>(l)] = 0;

@@ -210,6 +210,10 @@ void fill_deepseek_v3(const Fields& f, ModelConfig& c) {
   c.expert_ffn = static_cast<int>(f.integer("moe_intermediate_size", 1, L::kMaxFfn));
   c.dense_ffn = static_cast<int>(f.integer("intermediate_size", 1, L::kMaxFfn));
   const int64_t shared = f.integer_or("n_shared_experts", 0, 0, L::kMaxExperts);
+  if (shared * c.expert_ffn > L::kMaxFfn) {
+    fail(f.where(), "n_shared_experts", "n_shared_experts x moe_intermediate_size must be <= {}, found {}",
+         L::kMaxFfn, shared * c.expert_ffn);
+  }
   c.shared_ffn = static_cast<int>(shared * c.expert_ffn);
   c.norm_topk_prob = f.boolean_or("norm_topk_prob", false);
   c.routed_scaling_factor = static_cast<float>(f.number_or("routed_scaling_factor", 1.0));
