@@ -23,6 +23,7 @@ constexpr std::string_view kText =
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace steermoe::tokenizer;
   const std::string_view input(reinterpret_cast<const char*>(data), size);
+  (void)llama_clean_spaces(input);
   Vocabulary vocab;
   try {
     vocab = parse_tokenizer_json(input, "fuzz.json");
@@ -31,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const std::vector<TokenId> ids =
           tok.encode(kText, {.parse_special = parse_special, .add_special = true});
       (void)tok.decode(ids);
+      (void)tok.decode(ids, {.skip_special = true, .clean_spaces = true});
     }
   } catch (const steermoe::Error&) {
     return 0;

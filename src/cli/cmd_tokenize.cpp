@@ -96,6 +96,7 @@ void add_detokenize_command(CLI::App& root) {
     std::string ids;
     std::string ids_file;
     bool skip_special = false;
+    bool clean_spaces = false;
   };
   auto options = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -110,12 +111,15 @@ void add_detokenize_command(CLI::App& root) {
                                           "File holding the ids (e.g. the output of tokenize)");
   ids->excludes(ids_file);
   cmd->add_flag("--skip-special", options->skip_special, "Leave control tokens out of the text");
+  cmd->add_flag("--clean-spaces", options->clean_spaces,
+                "Apply llama.cpp's detokenizer clean-up (no space before ?!., and 's 'm 're 've)");
   cmd->final_callback([options, ids, ids_file] {
     if (ids->count() == 0 && ids_file->count() == 0)
       fail("detokenize", "input", "expected --ids or --ids-file");
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(options->model);
     const std::string list = ids_file->count() ? read_file(options->ids_file) : options->ids;
-    const std::string out = tok.decode(parse_ids(list), {.skip_special = options->skip_special});
+    const std::string out = tok.decode(parse_ids(list), {.skip_special = options->skip_special,
+                                                         .clean_spaces = options->clean_spaces});
     std::fwrite(out.data(), 1, out.size(), stdout);
   });
 }

@@ -291,6 +291,45 @@ std::string Tokenizer::token_bytes(TokenId id) const {
   return from_byte_level(vocab_.tokens[id]);
 }
 
+std::string llama_clean_spaces(std::string_view text) {
+  if (text.empty()) return {};
+  // Three passes over bytes, each looking at its input's neighbours (not at what it already
+  // removed), which is how llama.cpp's in-place loops behave.
+  std::string first(1, text[0]);
+  for (size_t i = 1; i < text.size(); ++i) {
+    const char x = text[i];
+    if (text[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) first.pop_back();
+    first.push_back(x);
+  }
+  // " ' " -> "'": both spaces go; the byte after the removed right space sees no space before it.
+  std::string second(1, first[0]);
+  size_t blanked = std::string::npos;
+  for (size_t i = 1; i < first.size(); ++i) {
+    const char x = first[i];
+    const char before = (i - 1 == blanked) ? '\0' : first[i - 1];
+    if (x == '\'' && i + 1 < first.size() && before == ' ' && first[i + 1] == ' ') {
+      second.pop_back();
+      second.push_back(x);
+      blanked = ++i;
+      continue;
+    }
+    second.push_back(x);
+  }
+  std::string third(1, second[0]);
+  for (size_t i = 1; i < second.size(); ++i) {
+    const char x = second[i];
+    if (second[i - 1] == ' ' && x == '\'' && i + 1 < second.size()) {
+      const char x1 = second[i + 1];
+      const char x2 = i + 2 < second.size() ? second[i + 2] : '\0';
+      const bool joins =
+          x1 == 's' || x1 == 'm' || (x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e');
+      if (joins) third.pop_back();
+    }
+    third.push_back(x);
+  }
+  return third;
+}
+
 std::string Tokenizer::decode(std::span<const TokenId> ids, const DecodeOptions& options) const {
   std::string out;
   for (TokenId id : ids) {
@@ -299,7 +338,7 @@ std::string Tokenizer::decode(std::span<const TokenId> ids, const DecodeOptions&
     if (options.skip_special && vocab_.types[id] == TokenType::kControl) continue;
     out += token_bytes(id);
   }
-  return out;
+  return options.clean_spaces ? llama_clean_spaces(out) : out;
 }
 
 }  // namespace steermoe::tokenizer

@@ -31,7 +31,14 @@ struct EncodeOptions {
 
 struct DecodeOptions {
   bool skip_special = false;  // drop control tokens from the output
+  // Apply llama.cpp's detokenizer clean-up (llama_clean_spaces below), as llama.cpp does for
+  // most BPE pre-tokenizers (gpt-2, olmo, llama-bpe); HF decode() does not.
+  bool clean_spaces = false;
 };
+
+// llama.cpp's `clean_spaces` post-processing of detokenized text: removes the space before
+// ? ! . , ; turns " ' " into "'"; removes the space before 's 'm 're 've.
+std::string llama_clean_spaces(std::string_view text);
 
 class Tokenizer {
  public:

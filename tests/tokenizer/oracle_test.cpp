@@ -21,6 +21,7 @@ struct Case {
   std::vector<TokenId> ids;
   std::vector<TokenId> ids_special_parsed;
   std::vector<std::string> token_strings;
+  std::string detokenized;  // llama_detokenize, with llama.cpp's clean_spaces
 };
 
 const std::vector<Case>& cases() {
@@ -32,7 +33,8 @@ const std::vector<Case>& cases() {
                 c.at("text"),
                 c.at("ids").get<std::vector<TokenId>>(),
                 {},
-                c.at("token_strings").get<std::vector<std::string>>()};
+                c.at("token_strings").get<std::vector<std::string>>(),
+                c.at("detokenized")};
       item.ids_special_parsed =
           c.contains("ids_if_special_tokens_parsed")
               ? c.at("ids_if_special_tokens_parsed").get<std::vector<TokenId>>()
@@ -48,6 +50,7 @@ void expect_matches_oracle(const Tokenizer& tok, const std::string& label) {
   ASSERT_EQ(tok.size(), 1000u) << label;
   ASSERT_EQ(cases().size(), 40u);
   size_t special_cases = 0;
+  size_t cleaned_cases = 0;
   for (const Case& c : cases()) {
     SCOPED_TRACE(label + " / " + c.name);
     const std::vector<TokenId> plain = tok.encode(c.text, {.parse_special = false});
@@ -57,10 +60,13 @@ void expect_matches_oracle(const Tokenizer& tok, const std::string& label) {
     if (c.ids_special_parsed != c.ids) ++special_cases;
     EXPECT_EQ(tok.decode(plain), c.text);
     EXPECT_EQ(tok.decode(parsed), c.text);
+    EXPECT_EQ(tok.decode(plain, {.clean_spaces = true}), c.detokenized);
+    if (c.detokenized != c.text) ++cleaned_cases;
     std::vector<std::string> strings;
     for (TokenId id : plain) strings.push_back(tok.vocabulary().tokens[id]);
     EXPECT_EQ(strings, c.token_strings);
   }
+  EXPECT_EQ(cleaned_cases, 2u) << "clean_spaces changes space_before_punct and apostrophes";
   EXPECT_EQ(special_cases, 1u) << "the oracle has exactly one case where special parsing differs";
 }
 
