@@ -6,6 +6,7 @@
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
 
@@ -47,6 +49,8 @@ void add_perplexity_command(CLI::App& root) {
     int max_windows = 0;
     bool bos = false;
     std::string policy = "exact:evict=lru";
+    int cache = 0;
+    std::string calib;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -61,16 +65,25 @@ void add_perplexity_command(CLI::App& root) {
   cmd->add_flag("--bos", o->bos, "Start every window with the BOS token (not scored)");
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--policy", o->policy, "Routing policy string (policy/README.md)");
+  cmd->add_option("--cache", o->cache,
+                  "Logical expert-cache slots per MoE layer (0: all experts resident)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
+    std::optional<policy::Calibration> calibration;
+    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
     const int bos = o->bos ? tok.bos().value_or(-1) : -1;
     if (o->bos && bos < 0) fail(o->model, "bos", "--bos given but the tokenizer has no BOS token");
     const int stride = o->window - (bos >= 0 ? 1 : 0);
     if (ids.size() < 2) fail(o->file, "text", "expected at least 2 tokens, found {}", ids.size());
-    engine::Engine engine(*model,
-                          {.threads = o->threads, .context = o->window, .policy = o->policy});
+    engine::Engine engine(*model, {.threads = o->threads,
+                                   .context = o->window,
+                                   .policy = o->policy,
+                                   .cache_slots = o->cache,
+                                   .calibration = calibration ? &*calibration : nullptr});
     const auto V = static_cast<size_t>(model->config().vocab);
     std::vector<float> logits(static_cast<size_t>(o->window) * V);
     std::vector<int32_t> window;
@@ -111,6 +124,7 @@ void add_perplexity_command(CLI::App& root) {
                        {"window", o->window},
                        {"bos", o->bos},
                        {"policy", o->policy},
+                       {"cache", o->cache},
                        {"windows", per_window.size()},
                        {"scored_tokens", scored},
                        {"nll", mean},

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
 
@@ -25,6 +27,8 @@ void add_run_command(CLI::App& root) {
     float top_p = 1.0f;
     uint64_t seed = 0;
     std::string policy = "exact:evict=lru";
+    int cache = 0;
+    std::string calib;
     bool ignore_eos = false;
   };
   auto o = std::make_shared<Options>();
@@ -44,17 +48,26 @@ void add_run_command(CLI::App& root) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", o->seed, "Random seed for sampling");
   cmd->add_option("--policy", o->policy, "Routing policy string (policy/README.md)");
+  cmd->add_option("--cache", o->cache,
+                  "Logical expert-cache slots per MoE layer (0: all experts resident)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
   cmd->final_callback([o] {
     using Clock = std::chrono::steady_clock;
     auto model = model::Model::load(o->model);
+    std::optional<policy::Calibration> calibration;
+    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())
       fail(o->model, "prompt", "expected at least one token, the prompt encodes to none");
-    engine::Engine engine(*model,
-                          {.threads = o->threads, .context = o->context, .policy = o->policy});
+    engine::Engine engine(*model, {.threads = o->threads,
+                                   .context = o->context,
+                                   .policy = o->policy,
+                                   .cache_slots = o->cache,
+                                   .calibration = calibration ? &*calibration : nullptr});
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {
       fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",
            prompt.size(), o->n_predict, engine.context());

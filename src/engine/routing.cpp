@@ -24,6 +24,14 @@ LayerRouting::LayerRouting(const model::ModelConfig& config, const std::string& 
     : spec_(router_spec(config)), config_(policy::parse_policy(policy)) {
   slots_ = cache_slots > 0 ? cache_slots : spec_.experts;
   policy::validate(config_, spec_, slots_);
+  if (calibration != nullptr &&
+      (calibration->layers != spec_.layers || calibration->experts != spec_.experts ||
+       calibration->top_k != spec_.top_k)) {
+    fail("calibration", "shape",
+         "expected {} MoE layers x {} experts, top-{} (the model's), found {} x {}, top-{}",
+         spec_.layers, spec_.experts, spec_.top_k, calibration->layers, calibration->experts,
+         calibration->top_k);
+  }
   calibration_ = calibration != nullptr ? *calibration : policy::uninformed_calibration(spec_);
   routers_.reserve(static_cast<size_t>(spec_.layers));
   for (int m = 0; m < spec_.layers; ++m) {

@@ -150,5 +150,36 @@ TEST(Cli, PerplexityPrintsJson) {
   EXPECT_NEAR(std::log(ppl), j.at("nll").get<double>(), 1e-9);
 }
 
+// The closed loop from the command line: trace -> calibrate -> perplexity under a cache-aware
+// policy with a small cache; the routing change moves the perplexity.
+TEST(Cli, PerplexityUnderACacheAwarePolicy) {
+  const fs::path text = temp("heldout.txt");
+  std::ofstream(text) << "the cat sat on the mat and the dog sat on the log. then the cat ran to "
+                         "the dog and the dog ran to the cat, and the end came.";
+  const std::string model = (kOracle / "olmoe" / "model.gguf").string();
+  const fs::path dir = temp("trace_calib");
+  fs::remove_all(dir);
+  ASSERT_EQ(run("trace -m " + model + " -f " + text.string() + " -o " + dir.string()).status, 0);
+  const fs::path calib = temp("c.smcal");
+  const Result c = run("calibrate --trace " + dir.string() + " -o " + calib.string());
+  ASSERT_EQ(c.status, 0) << c.output;
+  const Result exact = run("perplexity -m " + model + " -f " + text.string() + " --window 32");
+  const Result psr =
+      run("perplexity -m " + model + " -f " + text.string() +
+          " --window 32 --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
+  ASSERT_EQ(exact.status, 0) << exact.output;
+  ASSERT_EQ(psr.status, 0) << psr.output;
+  const json je = json::parse(exact.output.substr(exact.output.find('{')));
+  const json jp = json::parse(psr.output.substr(psr.output.find('{')));
+  EXPECT_EQ(jp.at("cache"), 6);
+  EXPECT_NE(je.at("nll").get<double>(), jp.at("nll").get<double>());
+  // A calibration of another model's shape is rejected.
+  const Result bad =
+      run("perplexity -m " + (kOracle / "deepseek2_moonlight" / "model.gguf").string() + " -f " +
+          text.string() + " --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("calibration: shape"));
+}
+
 }  // namespace
 }  // namespace steermoe::engine
