@@ -266,9 +266,19 @@ const Decision& RequestRouter::select(int layer, std::span<const float> z,
       top_k(z, z, j, topj_);
       for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 1;
     }
-    for (int e = 0; e < e_count; ++e) {
-      const bool gets_bonus = (config_.physical ? issued[e] != 0 : c.resident(e)) || in_topj_[e];
-      biased_[e] = gets_bonus ? z[e] + bonus : z[e];
+    // biased = z + bonus, with bonus 0 for experts that get none (z + 0 == z): written as one
+    // branch-free loop the compiler vectorises.
+    const int32_t* slot_of = c.slot_of_.data();
+    const uint8_t* topj = in_topj_.data();
+    float* biased = biased_.data();
+    if (config_.physical) {
+      for (int e = 0; e < e_count; ++e) {
+        biased[e] = z[e] + ((issued[e] | topj[e]) != 0 ? bonus : 0.0f);
+      }
+    } else {
+      for (int e = 0; e < e_count; ++e) {
+        biased[e] = z[e] + ((slot_of[e] >= 0) | (topj[e] != 0) ? bonus : 0.0f);
+      }
     }
     if (j > 0) {
       for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 0;
@@ -330,7 +340,7 @@ const Decision& RequestRouter::select(int layer, std::span<const float> z,
 
   // Statistics: EMAs of "e in the exact top-K", updated at the end of the step.
   if (config_.evict == Evict::kA) {
-    for (int e = 0; e < e_count; ++e) in_selected_[e] = 0;
+    // in_selected_ is all zero here (cleared after the demand loop).
     for (int i = 0; i < k; ++i) in_selected_[exact_[i]] = 1;
     for (int e = 0; e < e_count; ++e) {
       const float indicator = in_selected_[e] ? 1.0f : 0.0f;
