@@ -6,7 +6,7 @@
 #   sh tools/train/run_all.sh                 # full rebuild with the recorded step count
 #   INSTALL=0 sh tools/train/run_all.sh       # skip apt-get/pip
 set -eu
-STEPS=${STEPS:-STEPS_PLACEHOLDER}
+STEPS=${STEPS:-382}
 STOP_STEP=${STOP_STEP:-0}
 SEED=${SEED:-20261201}
 WORK=${WORK:-build-train}
