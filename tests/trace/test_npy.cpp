@@ -158,7 +158,10 @@ TEST(Npy, RejectsBadHeaderDicts) {
       {"{'descr: '<f4', 'fortran_order': False, 'shape': (2,), }", "header dict"},
       {"{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (2,), }", "twice"},
   };
-  for (const auto& [dict, expected] : cases) {
+  for (const auto& entry : cases) {
+    // Named copies: clang 14 cannot capture structured bindings in the lambda below.
+    const char* dict = entry.first;
+    const char* expected = entry.second;
     SCOPED_TRACE(dict);
     EXPECT_ERROR_MENTIONS(NpyArray::from_bytes(npy_bytes(dict, 8), "bad.npy", {DType::kF32}),
                           "bad.npy", expected);

@@ -221,7 +221,10 @@ TEST(TraceFolder, RejectsBadMetaJson) {
       {R"({"layers": 2, "experts": 3, "top_k": 2, "router": "softmax", "window": 4})",
        {"window", "[1, 3]"}},
   };
-  for (const auto& [text, pieces] : cases) {
+  for (const auto& entry : cases) {
+    // Named copies: clang 14 cannot capture structured bindings in a lambda.
+    const char* text = entry.first;
+    const std::vector<const char*>& pieces = entry.second;
     SCOPED_TRACE(text);
     const std::string message = testing::error_of([&] { parse_trace_meta(text, "dir/meta.json"); });
     EXPECT_THAT(message, ::testing::HasSubstr("dir/meta.json"));
