@@ -16,6 +16,7 @@
 #include "schedule/profile.hpp"
 #include "schedule/simulator.hpp"
 #include "trace/calibration_file.hpp"
+#include "trace/replay.hpp"
 #include "trace/trace.hpp"
 
 namespace steermoe::cli {
@@ -44,39 +45,6 @@ struct Row {
   schedule::SimResult result;
   double wall_s = 0;
 };
-
-// Closed loop: the trace's hidden states were produced by the simulated policy itself.
-void classify_loop(const trace::TraceMeta& meta, const policy::PolicyConfig& config, int cache,
-                   Row& row) {
-  policy::PolicyConfig recorded;  // absent "policy" = exact routing
-  bool parsed = true;
-  if (meta.policy) {
-    try {
-      recorded = policy::parse_policy(*meta.policy);
-    } catch (const Error&) {
-      parsed = false;
-    }
-  }
-  const std::string recorded_name = meta.policy ? *meta.policy : "exact routing (no \"policy\")";
-  const bool both_exact = parsed && recorded.kind == policy::PolicyKind::kExact &&
-                          config.kind == policy::PolicyKind::kExact;
-  if (both_exact) {
-    // Exact routing executes the router's top-K whatever the cache holds, so the recorded
-    // hidden states are this policy's own.
-    row.loop = "closed";
-    row.loop_reason = "trace recorded under " + recorded_name +
-                      "; exact routing's decisions do not depend on the cache";
-  } else if (!parsed || recorded.to_string() != config.to_string() || config.physical) {
-    row.loop = "open";
-    row.loop_reason = "trace recorded under " + recorded_name;
-  } else if (meta.cache_slots && *meta.cache_slots != cache) {
-    row.loop = "open";
-    row.loop_reason = fmt::format("trace recorded with cache {}", *meta.cache_slots);
-  } else {
-    row.loop = "closed";
-    row.loop_reason = "trace recorded under the simulated policy";
-  }
-}
 
 nlohmann::json row_json(const Row& row, int layers) {
   const schedule::SimResult& r = row.result;
@@ -211,7 +179,9 @@ void run_sim(const SimOptionsCli& o) {
       row.policy_arg = text;
       row.max_inflight = inflight;
       row.physical = config.physical;
-      classify_loop(meta, config, o.cache, row);
+      const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache);
+      row.loop = loop.loop;
+      row.loop_reason = loop.reason;
       const auto begin = std::chrono::steady_clock::now();
       row.result = schedule::simulate(spec, config, calibration, profile, view,
                                       {.cache_slots = o.cache, .max_inflight = inflight});
@@ -310,8 +280,9 @@ void add_sim_command(CLI::App& root) {
                   "Override the profile's per-copy latency (us; negative = keep)");
   cmd->add_option("--json", o->json,
                   "Write the JSON report to this file ('-' = stdout, table then on stderr)");
-  cmd->add_option("--latencies", o->latencies,
-                  "Write per-token latencies (CSV: policy (quoted),max_inflight,step,ms,copies) for CDFs");
+  cmd->add_option(
+      "--latencies", o->latencies,
+      "Write per-token latencies (CSV: policy (quoted),max_inflight,step,ms,copies) for CDFs");
   cmd->final_callback([o] { run_sim(*o); });
 }
 

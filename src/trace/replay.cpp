@@ -174,6 +174,38 @@ json ReplaySummary::to_json() const {
   return out;
 }
 
+LoopClass classify_loop(const TraceMeta& meta, const policy::PolicyConfig& config,
+                        const policy::RouterSpec& spec, int cache_slots) {
+  // Compare with the model's window filled in, so "psr:lambda=0.3" equals "...,w=8" on OLMoE.
+  auto resolved = [&](policy::PolicyConfig c) {
+    c.window = c.effective_window(spec);
+    return c.to_string();
+  };
+  policy::PolicyConfig recorded;  // absent "policy" = exact routing
+  bool parsed = true;
+  if (meta.policy) {
+    try {
+      recorded = policy::parse_policy(*meta.policy);
+    } catch (const Error&) {
+      parsed = false;
+    }
+  }
+  const std::string recorded_name =
+      meta.policy ? *meta.policy : std::string("exact routing (meta.json has no \"policy\")");
+  if (parsed && recorded.kind == policy::PolicyKind::kExact &&
+      config.kind == policy::PolicyKind::kExact) {
+    return {"closed", "trace recorded under " + recorded_name +
+                          "; exact routing's decisions do not depend on the cache"};
+  }
+  if (!parsed || config.physical || resolved(recorded) != resolved(config)) {
+    return {"open", "trace recorded under " + recorded_name};
+  }
+  if (meta.cache_slots && *meta.cache_slots != cache_slots) {
+    return {"open", fmt::format("trace recorded with cache {}", *meta.cache_slots)};
+  }
+  return {"closed", "trace recorded under the replayed policy"};
+}
+
 ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibration,
                            const ReplayOptions& options) {
   const TraceMeta& meta = trace.meta();
@@ -199,30 +231,9 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
   summary.layers = meta.layers;
   summary.top_k = meta.top_k;
   summary.per_layer.assign(static_cast<size_t>(meta.layers), LayerTotals{});
-  summary.loop = "open";
-  if (!meta.policy) {
-    summary.loop_reason = "trace recorded under exact routing (meta.json has no \"policy\")";
-  } else {
-    // Compare with the model's window filled in, so "psr:lambda=0.3" equals "...,w=8" on OLMoE.
-    auto resolved = [&](policy::PolicyConfig c) {
-      c.window = c.effective_window(spec);
-      return c.to_string();
-    };
-    std::string recorded;
-    try {
-      recorded = resolved(policy::parse_policy(*meta.policy));
-    } catch (const Error&) {
-      recorded = *meta.policy;
-    }
-    if (recorded != resolved(config)) {
-      summary.loop_reason = "trace recorded under " + recorded;
-    } else if (meta.cache_slots && *meta.cache_slots != options.cache_slots) {
-      summary.loop_reason = fmt::format("trace recorded with cache {}", *meta.cache_slots);
-    } else {
-      summary.loop = "closed";
-      summary.loop_reason = "trace recorded under the replayed policy";
-    }
-  }
+  const LoopClass loop = classify_loop(meta, config, spec, options.cache_slots);
+  summary.loop = loop.loop;
+  summary.loop_reason = loop.reason;
 
   policy::RequestRouter router(spec, config, calibration, options.cache_slots);
   const bool sigmoid_weights = spec.mode == policy::ScoreMode::kSigmoid;

@@ -67,6 +67,16 @@ struct ReplaySummary {
   nlohmann::json to_json() const;  // includes "summary": true
 };
 
+// Whether a trace's hidden states are those a policy would itself have produced ("closed"
+// loop) or an approximation ("open"): closed when the trace was recorded under the same policy
+// and cache size, or when both are exact routing (whose decisions do not depend on the cache).
+struct LoopClass {
+  std::string loop;    // "closed" or "open"
+  std::string reason;  // human-readable why
+};
+LoopClass classify_loop(const TraceMeta& meta, const policy::PolicyConfig& config,
+                        const policy::RouterSpec& spec, int cache_slots);
+
 struct ReplayOptions {
   std::string policy;                 // policy string
   int cache_slots = 0;                // C

@@ -17,14 +17,16 @@
 
 namespace steermoe::model::testing {
 
-// /work/shared/oracle by default; STEERMOE_ORACLE_DIR overrides (the oracle is not in the repo).
+// The oracle is not in the repository: it sits in shared/ beside the checkout (as in CI);
+// STEERMOE_ORACLE_DIR overrides. A missing oracle fails the test (never a silent skip).
 inline std::filesystem::path oracle() {
   if (const char* env = std::getenv("STEERMOE_ORACLE_DIR")) return env;
-  return "/work/shared/oracle";
+  return std::filesystem::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
 }
-#define SKIP_WITHOUT_ORACLE()                                                       \
-  if (!std::filesystem::exists(::steermoe::model::testing::oracle() / "README.md")) \
-  GTEST_SKIP() << "oracle folder not found (set STEERMOE_ORACLE_DIR)"
+#define SKIP_WITHOUT_ORACLE()                                                           \
+  if (!std::filesystem::exists(::steermoe::model::testing::oracle() / "README.md"))     \
+  GTEST_FAIL() << "oracle folder not found at " << ::steermoe::model::testing::oracle() \
+               << " (shared/ beside the checkout, or set STEERMOE_ORACLE_DIR)"
 
 class Bytes {
  public:

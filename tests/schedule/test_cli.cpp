@@ -28,7 +28,7 @@ int run(const std::string& command) {
 
 TEST(SimCommand, ReportsLatencyCopiesLoopAndTimingDependence) {
   const std::string bin = STEERMOE_BINARY;
-  if (!fs::exists(bin)) GTEST_SKIP() << "steermoe binary not built: " << bin;
+  if (!fs::exists(bin)) GTEST_FAIL() << "steermoe binary not built: " << bin;
   const fs::path dir =
       fs::temp_directory_path() / ("steermoe-sim-cli-" + std::to_string(::getpid()));
   fs::create_directories(dir);

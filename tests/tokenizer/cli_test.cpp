@@ -34,7 +34,7 @@ Result run(const std::string& arguments) {
 class TokenizeCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(STEERMOE_BINARY)) GTEST_SKIP() << "steermoe binary not built";
+    if (!std::filesystem::exists(STEERMOE_BINARY)) GTEST_FAIL() << "steermoe binary not built";
   }
   const std::string json_ = test::oracle_path("tokenizer.json").string();
   const std::string gguf_ = test::oracle_path("model.gguf").string();

@@ -11,12 +11,13 @@
 
 namespace steermoe::tokenizer::test {
 
-// The oracle lives outside the repository (/work/shared/oracle); STEERMOE_TOKENIZER_ORACLE
-// overrides the location.
+// The oracle lives outside the repository, in shared/ beside the checkout (as in CI);
+// STEERMOE_TOKENIZER_ORACLE overrides the location.
 inline std::filesystem::path oracle_path(const std::string& name) {
   if (const char* env = std::getenv("STEERMOE_TOKENIZER_ORACLE"))
     return std::filesystem::path(env) / name;
-  return std::filesystem::path("/work/shared/oracle/tokenizer") / name;
+  return std::filesystem::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle" / "tokenizer" /
+         name;
 }
 
 inline std::string read_file(const std::filesystem::path& path) {

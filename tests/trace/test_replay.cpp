@@ -201,6 +201,25 @@ TEST(Replay, LoopIsClosedOnlyForTheRecordedPolicyAndCache) {
   EXPECT_EQ(loop("exact:evict=lru", 32), "open");
 }
 
+TEST(Replay, ExactRoutingOnAnExactTraceIsClosedLoop) {
+  // Exact routing executes the router's top-K whatever the cache holds, so a trace recorded
+  // under exact routing is its own closed loop at any cache size; sim classifies the same way.
+  const Trace trace = Trace::open(kShippedTrace);
+  const policy::Calibration calib = read_calibration(kShippedCalib);
+  for (const char* policy : {"exact:evict=lru", "exact:evict=a,n=2"}) {
+    for (int cache : {16, 32}) {
+      const auto r = replay_trace(
+          trace, calib, {.policy = policy, .cache_slots = cache, .calibration_source = "c"});
+      EXPECT_EQ(r.loop, "closed") << policy;
+    }
+  }
+  EXPECT_EQ(replay_trace(
+                trace, calib,
+                {.policy = "cacheprior:lambda=0.2", .cache_slots = 32, .calibration_source = "c"})
+                .loop,
+            "open");
+}
+
 TEST(Replay, RejectsUnknownPolicyKeysBadCacheAndMismatchedCalibration) {
   const Trace trace = Trace::open(kShippedTrace);
   const policy::Calibration calib = read_calibration(kShippedCalib);
