@@ -155,6 +155,17 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   s.shared.resize(B * H);
   s.logits.resize(static_cast<size_t>(cfg_.vocab));
   want_pregate_ = routing_->prefetches();
+
+  // The attention kernel keeps per-thread scratch that grows with the number of positions; one
+  // call over the whole (zeroed) cache sizes it for the full context now, so that decode() never
+  // allocates later.
+  const kernels::AttentionParams ap{.n_heads = heads,
+                                    .n_kv_heads = static_cast<size_t>(cfg_.kv_heads),
+                                    .head_dim_k = qk,
+                                    .head_dim_v = vd,
+                                    .scale = cfg_.attention_scale()};
+  kernels::attention(pool_, s.q.data(), kv_.k(0, 0), kv_.v(0, 0), static_cast<size_t>(context_),
+                     s.attn.data(), ap);
 }
 
 Engine::~Engine() = default;
