@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "trace/calibration_file.hpp"
 #include "trace/trace.hpp"
 
 namespace steermoe::cli {
@@ -26,6 +28,8 @@ void add_trace_command(CLI::App& root) {
     int max_tokens = 0;
     bool batched = true;
     std::string policy = "exact:evict=lru";
+    int cache = 0;
+    std::string calib;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd =
@@ -40,6 +44,10 @@ void add_trace_command(CLI::App& root) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--policy", o->policy,
                   "Routing policy the trace is recorded under (closed loop unless exact)");
+  cmd->add_option("--cache", o->cache,
+                  "Logical expert-cache slots per MoE layer the policy runs with (0: all experts)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
@@ -53,8 +61,13 @@ void add_trace_command(CLI::App& root) {
     }
     if (ids.empty()) fail(o->file, "text", "expected at least one token");
     const model::ModelConfig& cfg = model->config();
-    engine::Engine engine(*model,
-                          {.threads = o->threads, .context = o->window, .policy = o->policy});
+    std::optional<policy::Calibration> calibration;
+    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
+    engine::Engine engine(*model, {.threads = o->threads,
+                                   .context = o->window,
+                                   .policy = o->policy,
+                                   .cache_slots = o->cache,
+                                   .calibration = calibration ? &*calibration : nullptr});
     const policy::RouterSpec spec = engine.routing().spec();
     trace::TraceMeta meta;
     meta.layers = spec.layers;
@@ -71,7 +84,12 @@ void add_trace_command(CLI::App& root) {
     meta.routed_scaling_factor = spec.routed_scaling_factor;
     meta.window = spec.default_window;
     meta.vocab = cfg.vocab;
-    if (o->policy != "exact:evict=lru") meta.policy = o->policy;
+    // A trace recorded under exact routing carries no policy (any exact policy replays it
+    // closed loop); any other policy and its cache size are recorded for closed-loop checks.
+    if (policy::parse_policy(o->policy).kind != policy::PolicyKind::kExact) {
+      meta.policy = o->policy;
+      meta.cache_slots = o->cache > 0 ? o->cache : spec.experts;
+    }
     const model::LayerWeights& first_moe = model->layer(meta.moe_layer_ids.front());
     meta.expert_bytes = model::matrix_bytes(first_moe.experts[0].gate) +
                         model::matrix_bytes(first_moe.experts[0].up) +

@@ -179,6 +179,23 @@ TEST(Cli, PerplexityUnderACacheAwarePolicy) {
           text.string() + " --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
   EXPECT_NE(bad.status, 0);
   EXPECT_THAT(bad.output, HasSubstr("calibration: shape"));
+
+  // A trace recorded under the cache-aware policy is its own closed loop: replaying it under the
+  // same policy and cache reproduces the decisions the engine made, and meta.json says so.
+  const fs::path closed = temp("trace_closed");
+  fs::remove_all(closed);
+  const Result rec =
+      run("trace -m " + model + " -f " + text.string() + " -o " + closed.string() +
+          " --window 32 --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
+  ASSERT_EQ(rec.status, 0) << rec.output;
+  std::ifstream meta_in(closed / "meta.json");
+  const json meta = json::parse(meta_in);
+  EXPECT_EQ(meta.at("policy"), "psr:lambda=1,n=1");
+  EXPECT_EQ(meta.at("cache_slots"), 6);
+  const Result rep = run("replay --trace " + closed.string() + " --calib " + calib.string() +
+                         " --policy psr:lambda=1,n=1 --cache 6");
+  ASSERT_EQ(rep.status, 0) << rep.output;
+  EXPECT_THAT(rep.output, HasSubstr("\"loop\":\"closed\""));
 }
 
 }  // namespace
