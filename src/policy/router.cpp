@@ -191,6 +191,11 @@ int RequestRouter::insert(LayerCache& c, int expert, int victim, Decision& d) {
 std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> pregate) {
   SM_ASSERT(layer >= 1 && layer < spec_.layers);
   SM_ASSERT(pregate.size() == static_cast<size_t>(spec_.experts));
+  const int budget = config_.prefetch_budget;
+  const bool speculative = config_.kind == PolicyKind::kSpec;
+  // n = 0 means no part 1 at all (policy-spec "Part 1"): nothing inserted and nothing protected,
+  // so the step's B stays empty. Speculative execution still needs the ranking for S.
+  if (budget == 0 && !speculative) return {};
   begin_layer_step(layer);
   LayerCache& c = caches_[layer];
   Decision& d = decisions_[layer];
@@ -198,7 +203,7 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
   std::vector<int32_t>& g = pregate_rank_[layer];
   top_k(pregate, pregate, static_cast<int>(g.size()), g);
   have_pregate_[layer] = 1;
-  const int budget = config_.prefetch_budget;
+  if (budget == 0) return {};
   int inserted = 0;
   for (int i = 0; i < window_; ++i) {
     const int e = g[i];

@@ -289,6 +289,11 @@ TEST(Equivalence, CachePriorMatchesNaiveSkliarRule) {
           if (d.selected != s || d.evicted != naive_evicted) ++mismatches;
           EXPECT_EQ(d.selected, s) << "step " << t << " layer " << l;
           EXPECT_EQ(d.evicted, naive_evicted) << "step " << t << " layer " << l;
+          // The engine and the tools call part 1 for every policy; with n = 0 it must neither
+          // insert nor protect anything (B stays empty), or victims would differ.
+          if (l + 1 < 2) {
+            EXPECT_TRUE(r.prefetch(l + 1, std::span<const float>(tr.g_at(t, l + 1), 32)).empty());
+          }
         }
       }
     }
