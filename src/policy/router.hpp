@@ -130,7 +130,7 @@ class RequestRouter {
 
 // Implementations of top_k; all give identical results (tests compare them). kAuto picks the
 // fastest the CPU supports.
-enum class TopKPath : uint8_t { kAuto, kReference, kSse2, kAvx2 };
+enum class TopKPath : uint8_t { kAuto, kReference, kSse2, kAvx2, kAvx512 };
 
 // Top-k of `score` with the spec's tie rule (higher score, then higher `tiebreak`, then lower
 // index); writes k indices in rank order to `out`. `tiebreak` may equal `score`.

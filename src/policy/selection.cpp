@@ -168,6 +168,75 @@ __attribute__((target("avx2"))) void top_k_avx2(const float* s, const float* tb,
   }
 }
 
+// AVX-512F, for E <= 256: the whole score row lives in V registers of 16. Each round takes the
+// maximum, builds the equality mask of all entries (one 64-bit word per 4 registers), and
+// blends the chosen entry to -inf without a data-dependent branch; exact ties take the slow
+// path of the spec's rule. About a quarter of the instructions of the two-level AVX2 scan.
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_ps(), which -Wmaybe-uninitialized
+// reports as a false positive (GCC bug 105593).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+template <int V>
+__attribute__((target("avx512f"))) void top_k_avx512(const float* s, const float* tb, int n, int k,
+                                                     int32_t* o) {
+  const __m512 neg_inf = _mm512_set1_ps(-INFINITY);
+  __m512 x[V];
+  bool finite = true;
+  for (int v = 0; v < V; ++v) {
+    const int left = n - 16 * v;
+    const __mmask16 load = left >= 16 ? 0xFFFF
+                           : left > 0 ? static_cast<__mmask16>((1u << left) - 1)
+                                      : 0;
+    x[v] = _mm512_mask_loadu_ps(neg_inf, load, s + 16 * v);
+    const __mmask16 ok =
+        _mm512_cmp_ps_mask(_mm512_sub_ps(x[v], x[v]), _mm512_setzero_ps(), _CMP_EQ_OQ);
+    finite &= (ok & load) == load;
+  }
+  if (!finite) {  // -inf marks taken entries: keep the reference path exact
+    top_k_insertion(s, tb, n, k, o);
+    return;
+  }
+  constexpr int kWords = (V + 3) / 4;
+  for (int r = 0; r < k; ++r) {
+    __m512 m = x[0];
+    for (int v = 1; v < V; ++v) m = _mm512_max_ps(m, x[v]);
+    // Butterfly: every lane ends up holding the maximum (no undefined-register intrinsics).
+    m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+    m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, _MM_SHUFFLE(2, 3, 0, 1)));
+    m = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(1, 0, 3, 2)));
+    const __m512 b = _mm512_max_ps(m, _mm512_permute_ps(m, _MM_SHUFFLE(2, 3, 0, 1)));
+    uint64_t words[kWords] = {};
+    for (int v = 0; v < V; ++v) {
+      words[v / 4] |= static_cast<uint64_t>(_mm512_cmp_ps_mask(x[v], b, _CMP_EQ_OQ))
+                      << (16 * (v % 4));
+    }
+    int word = 0;
+    while (words[word] == 0) ++word;
+    int chosen = 64 * word + __builtin_ctzll(words[word]);
+    words[word] &= words[word] - 1;
+    for (int w = word; w < kWords; ++w) {
+      while (words[w]) {  // another entry with the same score: higher tiebreak wins, then index
+        const int idx = 64 * w + __builtin_ctzll(words[w]);
+        words[w] &= words[w] - 1;
+        if (tb[idx] > tb[chosen]) chosen = idx;
+      }
+    }
+    o[r] = chosen;
+    const int chosen_register = chosen >> 4;
+    const __mmask16 lane = static_cast<__mmask16>(1u << (chosen & 15));
+    for (int v = 0; v < V; ++v) {
+      x[v] = _mm512_mask_mov_ps(x[v], v == chosen_register ? lane : __mmask16{0}, neg_inf);
+    }
+  }
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+const bool kHaveAvx512 = __builtin_cpu_supports("avx512f");
 const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 
 }  // namespace
@@ -186,9 +255,23 @@ void top_k(std::span<const float> score, std::span<const float> tiebreak, int k,
   if (k == 0) return;
   const int n = static_cast<int>(score.size());
   if (n > kMaxVectorTopK) path = TopKPath::kReference;
-  if (path == TopKPath::kAuto) path = kHaveAvx2 ? TopKPath::kAvx2 : TopKPath::kSse2;
+  if (path == TopKPath::kAuto) {
+    path = kHaveAvx512 && n <= 256 ? TopKPath::kAvx512
+           : kHaveAvx2             ? TopKPath::kAvx2
+                                   : TopKPath::kSse2;
+  }
+  if (path == TopKPath::kAvx512 && (!kHaveAvx512 || n > 256)) path = TopKPath::kAvx2;
   if (path == TopKPath::kAvx2 && !kHaveAvx2) path = TopKPath::kSse2;
   switch (path) {
+    case TopKPath::kAvx512:
+      if (n <= 64) {
+        top_k_avx512<4>(score.data(), tiebreak.data(), n, k, out.data());
+      } else if (n <= 128) {
+        top_k_avx512<8>(score.data(), tiebreak.data(), n, k, out.data());
+      } else {
+        top_k_avx512<16>(score.data(), tiebreak.data(), n, k, out.data());
+      }
+      break;
     case TopKPath::kAvx2:
       top_k_avx2(score.data(), tiebreak.data(), n, k, out.data());
       break;

@@ -64,7 +64,7 @@ TEST(TopK, EveryVectorPathMatchesTheScalarReference) {
     if (trial % 50 == 2) s[rng() % n] = -INFINITY;
     std::vector<int32_t> ref(k), got(k);
     top_k_reference(s, t, k, ref);
-    for (TopKPath path : {TopKPath::kAuto, TopKPath::kSse2, TopKPath::kAvx2}) {
+    for (TopKPath path : {TopKPath::kAuto, TopKPath::kSse2, TopKPath::kAvx2, TopKPath::kAvx512}) {
       top_k(s, t, k, got, path);
       ASSERT_EQ(got, ref) << "n=" << n << " k=" << k << " path=" << static_cast<int>(path);
     }
