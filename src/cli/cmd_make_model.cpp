@@ -1,17 +1,60 @@
 // `steermoe make-model`: writes a random-weight model of a real shape (OLMoE-1B-7B,
 // Qwen3-30B-A3B, Moonlight-16B-A3B), a small one, or the shape of a config.json, as GGUF (-o
-// ending in .gguf) or as an HF folder (config.json + model.safetensors). No tokenizer is written.
+// ending in .gguf) or as an HF folder (config.json + model.safetensors), with a synthetic
+// byte-level BPE tokenizer so that `run` works on it.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights_layout.hpp"
+#include "tokenizer/byte_level.hpp"
+#include "tokenizer/gguf_vocab.hpp"
+#include "tokenizer/hf_json.hpp"
+#include "tokenizer/pre_tokenizer.hpp"
+#include "tokenizer/vocabulary.hpp"
 
 namespace steermoe::cli {
+namespace {
+
+// A byte-level BPE vocabulary filling `size` ids: the 256 bytes, <|endoftext|> (BOS = EOS), then
+// merges of printable ASCII pairs, then user-defined filler tokens. Random weights make its text
+// meaningless, but every id decodes and any text encodes, which is what a test model needs.
+// Returns nothing when the vocabulary cannot hold the 256 bytes and an end token.
+std::optional<tokenizer::Vocabulary> synthetic_vocabulary(int size) {
+  if (size < 257) return std::nullopt;
+  tokenizer::Vocabulary v;
+  for (int b = 0; b < 256; ++b) {
+    v.tokens.push_back(tokenizer::byte_to_unicode(static_cast<uint8_t>(b)));
+    v.types.push_back(tokenizer::TokenType::kNormal);
+  }
+  v.tokens.push_back("<|endoftext|>");
+  v.types.push_back(tokenizer::TokenType::kControl);
+  v.bos_id = v.eos_id = 256;
+  constexpr int kPrintable = 95;  // ' ' .. '~'
+  for (int i = 0; static_cast<int>(v.tokens.size()) < size && i < kPrintable * kPrintable; ++i) {
+    const std::string a = tokenizer::byte_to_unicode(static_cast<uint8_t>(' ' + i / kPrintable));
+    const std::string b = tokenizer::byte_to_unicode(static_cast<uint8_t>(' ' + i % kPrintable));
+    v.merges.emplace_back(a, b);
+    v.tokens.push_back(a + b);
+    v.types.push_back(tokenizer::TokenType::kNormal);
+  }
+  for (int i = 0; static_cast<int>(v.tokens.size()) < size; ++i) {
+    v.tokens.push_back("<|extra_" + std::to_string(i) + "|>");
+    v.types.push_back(tokenizer::TokenType::kUserDefined);
+  }
+  v.splits.push_back(tokenizer::SplitRule{.pattern = std::string(tokenizer::kGpt2Pattern)});
+  v.pre_name = "gpt-2";
+  v.source = "make-model (synthetic byte-level vocabulary)";
+  return v;
+}
+
+}  // namespace
 
 void add_make_model_command(CLI::App& root) {
   struct Options {
@@ -62,7 +105,18 @@ void add_make_model_command(CLI::App& root) {
                                : o->dtype == "f16" ? model::DType::kF16
                                                    : model::DType::kF32;
     const auto t0 = std::chrono::steady_clock::now();
-    model::write_model(c, o->output, model::random_slot_source(dtype, o->seed));
+    const std::optional<tokenizer::Vocabulary> vocab = synthetic_vocabulary(c.vocab);
+    const bool to_gguf = std::filesystem::path(o->output).extension() == ".gguf";
+    std::vector<std::pair<std::string, model::GgufValue>> extra;
+    if (vocab && to_gguf) extra = tokenizer::gguf_metadata(*vocab);
+    model::write_model(c, o->output, model::random_slot_source(dtype, o->seed), extra);
+    if (vocab && !to_gguf) tokenizer::write_hf_tokenizer(*vocab, o->output);
+    if (!vocab) {
+      std::fprintf(stderr,
+                   "make-model: vocabulary of %d ids is too small for a byte-level "
+                   "tokenizer (needs 257): no tokenizer written\n",
+                   c.vocab);
+    }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::fprintf(stderr, "wrote %s (%s) in %.1f s\n", o->output.c_str(), c.summary().c_str(), s);
   });

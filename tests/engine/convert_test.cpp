@@ -18,6 +18,7 @@
 #include "engine/engine.hpp"
 #include "model/gguf.hpp"
 #include "model/safetensors.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -125,6 +126,20 @@ TEST(MakeModel, SmallRandomModelsOfEveryFamilyRoundTrip) {
     EXPECT_GT(max_abs, 0.1f);  // random weights give non-degenerate logits
     auto m = model::Model::load(hf);
     EXPECT_EQ(m->layer(m->config().layers - 1).experts[0].gate.dtype, kernels::DType::kBF16);
+  }
+}
+
+TEST(MakeModel, WritesATokenizerSoRunWorks) {
+  // HF folder and GGUF: the synthetic byte-level tokenizer round-trips text and `run` generates.
+  for (const std::string& out : {temp("mm_hf").string(), temp("mm.gguf").string()}) {
+    SCOPED_TRACE(out);
+    fs::remove_all(out);
+    ASSERT_EQ(run_cli("make-model --arch olmoe --shape olmoe-small --random -o " + out), 0);
+    EXPECT_EQ(run_cli("run -m " + out + " -p 'Hello, world' -n 4"), 0);
+    const auto tok = tokenizer::Tokenizer::load(out);
+    const std::string text = "Hello, world! 123";
+    EXPECT_EQ(tok.decode(tok.encode(text)), text);
+    EXPECT_EQ(tok.size(), 300u);
   }
 }
 
