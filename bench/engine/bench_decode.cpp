@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -34,6 +35,14 @@ using steermoe::engine::Engine;
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// CPU seconds of the whole process (all threads): on the shared machine, time the process was
+// not running is not counted, so at 1 thread this is the decode time on an idle core.
+double process_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
 __attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
@@ -149,14 +158,17 @@ nlohmann::json time_decode(const steermoe::model::Model& m, int threads, int tok
   // Warm-up: bring every weight page in (all experts resident) before timing.
   for (int i = 0; i < 4; ++i) next = steermoe::engine::argmax(engine.decode(next));
   std::vector<double> per_token;
+  std::vector<double> cpu_per_token;
   double best_bw = 0.0;
   constexpr int kRounds = 4;
   for (int round = 0; round < kRounds; ++round) {
     best_bw = std::max(best_bw, read_bandwidth(threads, size_t{1} << 30));
     for (int i = 0; i < (tokens + kRounds - 1) / kRounds; ++i) {
+      const double c0 = process_cpu_seconds();
       const auto t0 = Clock::now();
       logits = engine.decode(next);
       per_token.push_back(seconds_since(t0) * 1e3);
+      cpu_per_token.push_back((process_cpu_seconds() - c0) * 1e3);
       next = steermoe::engine::argmax(logits);
     }
   }
@@ -166,6 +178,8 @@ nlohmann::json time_decode(const steermoe::model::Model& m, int threads, int tok
   for (double v : per_token) mean += v;
   mean /= static_cast<double>(per_token.size());
   const double median = sorted[sorted.size() / 2];
+  std::sort(cpu_per_token.begin(), cpu_per_token.end());
+  const double cpu_median = cpu_per_token[cpu_per_token.size() / 2];
   const double floor_ms = static_cast<double>(bytes) / best_bw * 1e3;
   return {{"threads", threads},
           {"tokens", per_token.size()},
@@ -176,6 +190,9 @@ nlohmann::json time_decode(const steermoe::model::Model& m, int threads, int tok
           {"floor_ms_per_token", floor_ms},
           {"fraction_of_floor", floor_ms / median},
           {"fraction_of_floor_best_token", floor_ms / sorted.front()},
+          {"cpu_ms_per_token_median", cpu_median},
+          // CPU time of all threads: comparable with the floor at 1 thread only.
+          {"fraction_of_floor_cpu", floor_ms / cpu_median},
           {"prompt_tokens", prompt.size()},
           {"prompt_tok_per_s", static_cast<double>(prompt.size()) / prompt_s}};
 }

@@ -50,7 +50,12 @@ struct Engine::Scratch {
   std::vector<float> up;            // [B][ffn_max]
   std::vector<float> ffn_out;       // [B][H]
   std::vector<float> shared;        // [B][H]
+  std::vector<float> exp_gu;        // [K][2 * expert_ffn] decode: gate | up per selected expert
+  std::vector<float> exp_out;       // [K][H] decode: down output per selected expert
   std::vector<float> logits;        // [vocab] last-token logits
+
+  // [max(2K, 3)] decode: matrix products run under one synchronisation
+  std::vector<kernels::MatvecJob> jobs;
 };
 
 namespace {
@@ -153,6 +158,9 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   s.up.resize(B * ffn_max);
   s.ffn_out.resize(B * H);
   s.shared.resize(B * H);
+  s.exp_gu.resize(K * 2 * static_cast<size_t>(cfg_.expert_ffn));
+  s.exp_out.resize(K * H);
+  s.jobs.resize(std::max<size_t>(2 * K, 3));
   s.logits.resize(static_cast<size_t>(cfg_.vocab));
   want_pregate_ = routing_->prefetches();
 
@@ -288,9 +296,17 @@ void Engine::attention_gqa(int l, int n) {
   const auto heads = static_cast<size_t>(cfg_.heads);
   const auto kvh = static_cast<size_t>(cfg_.kv_heads);
   const size_t qw = heads * hd, kw = kvh * hd;
-  product(pool_, w.wq, s.a.data(), n, s.q.data());
-  product(pool_, w.wk, s.a.data(), n, s.k.data());
-  product(pool_, w.wv, s.a.data(), n, s.v.data());
+  if (n == 1) {
+    // One synchronisation for the three projections (each row is computed as by matvec).
+    s.jobs[0] = {.w = w.wq, .x = s.a.data(), .y = s.q.data()};
+    s.jobs[1] = {.w = w.wk, .x = s.a.data(), .y = s.k.data()};
+    s.jobs[2] = {.w = w.wv, .x = s.a.data(), .y = s.v.data()};
+    kernels::matvec_batch(pool_, s.jobs.data(), 3);
+  } else {
+    product(pool_, w.wq, s.a.data(), n, s.q.data());
+    product(pool_, w.wk, s.a.data(), n, s.k.data());
+    product(pool_, w.wv, s.a.data(), n, s.v.data());
+  }
   const kernels::RmsNormParams norm{.eps = cfg_.rms_eps};
   const kernels::RopeParams rope{.style = kernels::RopeStyle::kNeox,
                                  .head_dim = hd,
@@ -472,12 +488,26 @@ void Engine::moe(int l, int n) {
 
   std::fill_n(s.o.begin(), static_cast<size_t>(n) * H, 0.0f);
   if (n == 1) {
-    // Selected experts are ascending: the same accumulation order as the batched path.
+    // Gate and up of every selected expert under one synchronisation, then every down under
+    // another: the weights of all K experts stream back to back (each row computed as by
+    // matvec). Selected experts are ascending and accumulated in that order: the same
+    // accumulation order as the batched path.
+    const auto F = static_cast<size_t>(cfg_.expert_ffn);
     for (size_t i = 0; i < K; ++i) {
-      swiglu_block(w.experts[static_cast<size_t>(s.sel[i])], cfg_.expert_ffn, s.a.data(), 1,
-                   s.ffn_out.data());
-      kernels::axpy(s.selw[i], s.ffn_out.data(), s.o.data(), H);
+      const model::SwigluWeights& ex = w.experts[static_cast<size_t>(s.sel[i])];
+      float* gu = &s.exp_gu[i * 2 * F];
+      s.jobs[2 * i] = {.w = ex.gate, .x = s.a.data(), .y = gu};
+      s.jobs[2 * i + 1] = {.w = ex.up, .x = s.a.data(), .y = gu + F};
     }
+    kernels::matvec_batch(pool_, s.jobs.data(), 2 * K);
+    for (size_t i = 0; i < K; ++i) {
+      float* gu = &s.exp_gu[i * 2 * F];
+      kernels::swiglu(gu, gu + F, gu, F);
+      const model::SwigluWeights& ex = w.experts[static_cast<size_t>(s.sel[i])];
+      s.jobs[i] = {.w = ex.down, .x = gu, .y = &s.exp_out[i * H]};
+    }
+    kernels::matvec_batch(pool_, s.jobs.data(), K);
+    for (size_t i = 0; i < K; ++i) kernels::axpy(s.selw[i], &s.exp_out[i * H], s.o.data(), H);
   } else {
     // Group tokens by expert, run each expert once over its tokens, scatter in expert order.
     std::fill(s.exp_count.begin(), s.exp_count.end(), 0);

@@ -128,7 +128,15 @@ SM_TARGET_BF16 void convert_rows_bf16(const float* x, size_t x_stride, size_t n,
   }
 }
 
-template <int R, int N>
+// Elements before the end of the full blocks where a decode tile starts prefetching the head of
+// the next tile's rows (kNextHead elements of each), for rows of at least kPrefetchMinCols.
+// bench_kernels VsRead, side by side: 1024 x 2048 (4 KiB rows, one page each) went from ~0.89 to
+// ~0.94 of the read bandwidth; 2048 x 1024 (2 KiB rows) lost 2-4%, so short rows go without.
+// 128 and 512 elements were no better than 256.
+constexpr size_t kNextHead = 256;
+constexpr size_t kPrefetchMinCols = 2048;
+
+template <int R, int N, bool kPrefetchNext = false>
 SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t* xb, size_t padded,
                                      size_t i0, const Output& out, const MatvecParams& p) {
   const size_t cols = w.cols;
@@ -140,15 +148,33 @@ SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t*
   for (int k = 0; k < R; ++k) {
     for (int j = 0; j < N; ++j) acc[k][j] = _mm512_setzero_ps();
   }
-  // No software prefetch here: one VDPBF16PS per cache line leaves the hardware prefetcher ahead
-  // on its own, and measured streaming dropped ~10% with per-line prefetches (unlike the
-  // conversion-heavy matmul_tile, which gained ~20% from them).
-  for (size_t c = 0; c < full; c += kBf16Block) {
+  // No per-line software prefetch: one VDPBF16PS per cache line leaves the hardware prefetcher
+  // ahead within a stream, and measured streaming dropped ~10% with per-line prefetches (unlike
+  // the conversion-heavy matmul_tile, which gained ~20% from them). Decode tiles (kPrefetchNext)
+  // prefetch the first kNextHead elements of the next tile's rows during their last kNextHead
+  // elements: every 4 KiB page (an OLMoE gate/up row) is a new stream to the hardware
+  // prefetcher, which would otherwise start each one with demand misses.
+  const size_t pf_start = kPrefetchNext && full > kNextHead ? full - kNextHead : full;
+  size_t c = 0;
+  for (; c < pf_start; c += kBf16Block) {
     __m512bh wv[R];
     for (int k = 0; k < R; ++k) wv[k] = (__m512bh)_mm512_loadu_si512(rows[k] + c);
     for (int j = 0; j < N; ++j) {
       const auto xv = (__m512bh)_mm512_loadu_si512(xb + (i0 + j) * padded + c);
       for (int k = 0; k < R; ++k) acc[k][j] = _mm512_dpbf16_ps(acc[k][j], wv[k], xv);
+    }
+  }
+  if constexpr (kPrefetchNext) {
+    static_assert(N == 1, "decode tiles only");
+    const size_t next = static_cast<size_t>(R) * w.stride();
+    for (; c < full; c += kBf16Block) {
+      for (int k = 0; k < R; ++k) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[k] + next + (c - pf_start)), _MM_HINT_T0);
+      }
+      __m512bh wv[R];
+      for (int k = 0; k < R; ++k) wv[k] = (__m512bh)_mm512_loadu_si512(rows[k] + c);
+      const auto xv = (__m512bh)_mm512_loadu_si512(xb + i0 * padded + c);
+      for (int k = 0; k < R; ++k) acc[k][0] = _mm512_dpbf16_ps(acc[k][0], wv[k], xv);
     }
   }
   if (full < cols) {
@@ -175,6 +201,11 @@ SM_TARGET_BF16 void bf16_matmul_impl(const Matrix& w, const uint16_t* xb, size_t
     // Decode: one pass over the rows without super-blocks (measured ~3% closer to the read
     // bandwidth). 8-row tiles for 2 KiB rows were tried and measured no better than 4.
     size_t r = row_begin;
+    // Prefetching tiles need a next tile inside this matrix (it may be another thread's: harmless).
+    const bool prefetch = w.cols >= kPrefetchMinCols;
+    for (; prefetch && r + R <= row_end && r + 2 * R <= w.rows; r += R) {
+      bf16_tile<R, 1, true>(w, r, xb, padded, 0, out, p);
+    }
     for (; r + R <= row_end; r += R) bf16_tile<R, 1>(w, r, xb, padded, 0, out, p);
     for (; r < row_end; ++r) bf16_tile<1, 1>(w, r, xb, padded, 0, out, p);
     return;

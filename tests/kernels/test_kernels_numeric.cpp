@@ -220,6 +220,34 @@ TEST_P(SimdVsScalar, MatmulRowsEqualMatvecAndReference) {
   }
 }
 
+// Rows of 2048+ columns take the decode tiles that prefetch the next tile (avx512bf16): the same
+// values as the prefill tiles, whatever the row range, and the reference within tolerance.
+TEST_P(SimdVsScalar, LongRowsMatvecEqualsMatmulAndReference) {
+  std::mt19937 rng(41);
+  for (size_t cols : {2048, 2085}) {
+    const size_t rows = 23;  // 5 tiles of 4 plus 3 single rows
+    TestMatrix w(rng, DType::kBF16, rows, cols, 1, cols % 3);
+    const size_t n = 4;
+    const auto x = random_floats(rng, n * cols);
+    std::vector<float> y(n * rows, 0.0f), y_ref(n * rows, 0.0f);
+    simd().matmul_rows(w.view(), x.data(), cols, n, y.data(), rows, 0, rows, {});
+    ref().matmul_rows(w.view(), x.data(), cols, n, y_ref.data(), rows, 0, rows, {});
+    for (size_t i = 0; i < n; ++i) {
+      for (const auto& [begin, end] : {std::pair<size_t, size_t>{0, rows}, {4, 17}, {9, rows}}) {
+        std::vector<float> single(rows, -7.0f);
+        simd().matvec_rows(w.view(), x.data() + i * cols, single.data() + begin, begin, end, {});
+        for (size_t r = begin; r < end; ++r) {
+          ASSERT_EQ(y[i * rows + r], single[r])
+              << "cols " << cols << " token " << i << " row " << r;
+          const double tol = dot_tolerance(cols, w.abs_dot(r, x.data() + i * cols),
+                                           rounds_x_to_bf16(GetParam(), DType::kBF16));
+          ASSERT_NEAR(y[i * rows + r], y_ref[i * rows + r], tol);
+        }
+      }
+    }
+  }
+}
+
 TEST_P(SimdVsScalar, DotAxpyAddScale) {
   std::mt19937 rng(5);
   for (size_t n : kSizes) {
