@@ -23,6 +23,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench_common/read_sum.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 #include "model/weights_layout.hpp"
@@ -45,35 +46,6 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-__attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
-  }
-  float lanes[16];
-  _mm512_storeu_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  float total = 0.0f;
-  for (float v : lanes) total += v;
-  return total;
-}
-
-__attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-  }
-  __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  return out[0] + out[1] + out[2] + out[3] + out[4] + out[5] + out[6] + out[7];
-}
-
 // Best-of-2 read bandwidth (bytes/s) summing a buffer far larger than the caches.
 double read_bandwidth(int threads, size_t bytes) {
   const size_t n = bytes / sizeof(float);
@@ -90,7 +62,8 @@ double read_bandwidth(int threads, size_t bytes) {
         const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
         const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
         part[static_cast<size_t>(t)] =
-            avx512 ? sum_avx512(&buf[begin], end - begin) : sum_avx2(&buf[begin], end - begin);
+            avx512 ? steermoe::bench::read_sum_avx512(&buf[begin], end - begin)
+                   : steermoe::bench::read_sum_avx2(&buf[begin], end - begin);
       });
     }
     for (auto& th : pool) th.join();

@@ -26,6 +26,7 @@
 #include <random>
 #include <vector>
 
+#include "bench_common/read_sum.hpp"
 #include "kernels/kernels.hpp"
 
 namespace {
@@ -87,36 +88,6 @@ bool select_isa(benchmark::State& state, Isa isa) {
 
 constexpr size_t kBandwidthBytes = size_t{1} << 30;
 
-__attribute__((target("avx512f"))) float sum_avx512(const float* p, size_t n) {
-  __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 64 <= n; i += 64) {
-    a0 = _mm512_add_ps(a0, _mm512_loadu_ps(p + i));
-    a1 = _mm512_add_ps(a1, _mm512_loadu_ps(p + i + 16));
-    a2 = _mm512_add_ps(a2, _mm512_loadu_ps(p + i + 32));
-    a3 = _mm512_add_ps(a3, _mm512_loadu_ps(p + i + 48));
-  }
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, _mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
-  float s = 0.0f;
-  for (float v : lanes) s += v;
-  return s;
-}
-
-__attribute__((target("avx2"))) float sum_avx2(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
-  }
-  alignas(32) float lanes[8];
-  _mm256_store_ps(lanes, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  float s = 0.0f;
-  for (float v : lanes) s += v;
-  return s;
-}
-
 // Args: simd (0 = AVX2, 1 = AVX-512), threads.
 void BM_ReadBandwidth(benchmark::State& state) {
   const bool avx512 = state.range(0) == 1;
@@ -132,8 +103,8 @@ void BM_ReadBandwidth(benchmark::State& state) {
     pool.parallel_for(
         data.size(),
         [&](size_t b, size_t e) {
-          const float s =
-              avx512 ? sum_avx512(data.data() + b, e - b) : sum_avx2(data.data() + b, e - b);
+          const float s = avx512 ? steermoe::bench::read_sum_avx512(data.data() + b, e - b)
+                                 : steermoe::bench::read_sum_avx2(data.data() + b, e - b);
           benchmark::DoNotOptimize(s);
         },
         4096);
@@ -228,8 +199,8 @@ void BM_MatvecVsReadBandwidth(benchmark::State& state) {
   double sum_seconds = 0.0, matvec_seconds = 0.0;
   for (auto _ : state) {
     const double t0 = thread_cpu_seconds();
-    benchmark::DoNotOptimize(sum_avx512(reinterpret_cast<const float*>(weights.data()),
-                                        count * matrix_bytes / sizeof(float)));
+    benchmark::DoNotOptimize(steermoe::bench::read_sum_avx512(
+        reinterpret_cast<const float*>(weights.data()), count * matrix_bytes / sizeof(float)));
     const double t1 = thread_cpu_seconds();
     for (size_t m = 0; m < count; ++m) {
       const Matrix w{.data = reinterpret_cast<const char*>(weights.data()) + m * matrix_bytes,
