@@ -125,7 +125,7 @@ HardwareProfile load_profile(std::string_view name_or_path,
   nlohmann::json json;
   try {
     json = nlohmann::json::parse(text.str());
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (huge numbers)
     fail(path.string(), "(json)", "expected valid JSON: {}", e.what());
   }
   return parse_profile(json, path.string());

@@ -96,7 +96,12 @@ std::string decision_line(const DecisionRecord& r) {
 }
 
 DecisionRecord parse_decision_line(std::string_view line, const std::string& where) {
-  const json object = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  json object;
+  try {
+    object = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  } catch (const json::exception&) {
+    object = json(json::value_t::discarded);
+  }
   if (object.is_discarded() || !object.is_object())
     fail(where, "line", "expected one JSON object per line");
   DecisionRecord r;

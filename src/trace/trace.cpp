@@ -165,7 +165,7 @@ TraceMeta parse_trace_meta(std::string_view text, const std::string& where) {
     // Parse again with exceptions for the position of the error.
     try {
       object = json::parse(text);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {  // parse_error, and out_of_range for huge numbers
       fail(where, "json", "expected valid JSON ({})", e.what());
     }
   }

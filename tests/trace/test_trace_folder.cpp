@@ -220,6 +220,10 @@ TEST(TraceFolder, RejectsBadMetaJson) {
        {"routed_scaling_factor", "finite"}},
       {R"({"layers": 2, "experts": 3, "top_k": 2, "router": "softmax", "window": 4})",
        {"window", "[1, 3]"}},
+      // A number beyond double range is nlohmann's out_of_range, not a parse_error (found by
+      // fuzz_npy): it must still be a clean "expected valid JSON" error.
+      {R"({"layers": 1e777, "experts": 3, "top_k": 2, "router": "softmax"})",
+       {"json", "expected valid JSON"}},
   };
   for (const auto& entry : cases) {
     // Named copies: clang 14 cannot capture structured bindings in a lambda.
