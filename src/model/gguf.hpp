@@ -23,6 +23,7 @@
 
 #include "model/dtype.hpp"
 #include "model/mmap_file.hpp"
+#include "model/pending_tensor.hpp"
 
 namespace steermoe::model {
 
@@ -240,13 +241,6 @@ class GgufWriter {
   const std::filesystem::path& path() const { return path_; }
 
  private:
-  struct PendingTensor {
-    std::string name;
-    DType dtype;
-    std::vector<uint64_t> shape;
-    uint64_t nbytes;
-    TensorBytesFn produce;
-  };
   std::filesystem::path path_;
   uint64_t alignment_;
   std::vector<std::pair<std::string, GgufValue>> metadata_;

@@ -19,6 +19,7 @@
 
 #include "model/dtype.hpp"
 #include "model/mmap_file.hpp"
+#include "model/pending_tensor.hpp"
 
 namespace steermoe::model {
 
@@ -130,13 +131,6 @@ class SafetensorsWriter {
   void finish();
 
  private:
-  struct PendingTensor {
-    std::string name;
-    DType dtype;
-    std::vector<uint64_t> shape;
-    uint64_t nbytes;
-    TensorBytesFn produce;
-  };
   std::filesystem::path path_;
   std::map<std::string, std::string> metadata_;
   std::vector<PendingTensor> tensors_;
@@ -165,13 +159,6 @@ class ShardedSafetensorsWriter {
   std::vector<std::string> finish();
 
  private:
-  struct PendingTensor {
-    std::string name;
-    DType dtype;
-    std::vector<uint64_t> shape;
-    uint64_t nbytes;
-    TensorBytesFn produce;
-  };
   std::filesystem::path folder_;
   uint64_t max_shard_bytes_;
   std::map<std::string, std::string> metadata_;
