@@ -387,6 +387,21 @@ struct DiskLink::Impl {
     }
   }
 
+  // True if a copy older than the one at `offset` writes the same slot and has not finished
+  // its reads: the later copy waits, so that a slot always ends up holding the last expert
+  // enqueued for it (FIFO semantics, although reads of different copies overlap).
+  bool slot_busy(size_t offset) {
+    const CopyRequest& later = copy_at(offset).q.copy;
+    for (size_t i = 0; i < offset; ++i) {
+      const CopyState& c = copy_at(i);
+      if (c.q.copy.layer == later.layer && c.q.copy.slot == later.slot &&
+          (!c.issued_all || c.outstanding > 0)) {
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Issues reads, oldest copy first, while read records are free.
   void issue_reads() {
     while (!free_reads.empty() && issue_cursor < copy_count) {
@@ -397,6 +412,12 @@ struct DiskLink::Impl {
         continue;
       }
       const auto parts = layout.parts(c.q.copy.layer, c.q.copy.expert);
+      if (c.part == 0 && !c.started && slot_busy(issue_cursor)) break;  // keep same-slot order
+      while (c.part < parts.size() && parts[c.part].bytes == 0) ++c.part;
+      if (c.part == parts.size()) {
+        c.issued_all = true;
+        continue;
+      }
       const ExpertPart& p = parts[c.part];
       if (!c.started) {
         c.next = p.read_begin();
