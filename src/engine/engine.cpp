@@ -61,9 +61,20 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
          calibration->top_k);
   }
   calibration_ = calibration != nullptr ? *calibration : policy::uninformed_calibration(spec_);
-  step_ = std::make_unique<schedule::OffloadStep>(spec_, config, calibration_,
-                                                  schedule::OffloadParams{.cache_slots = slots_});
-  store_ = std::make_unique<ResidentExpertStore>(model_);
+  if (params.max_inflight < 1 || params.max_inflight > 1024) {
+    fail("engine", "--max-inflight", "expected 1..1024, found {}", params.max_inflight);
+  }
+  offload_ = std::make_unique<Offload>(model_, LinkOptions{.spec = params.link, .verify = params.verify},
+                                       slots_);
+  step_ = std::make_unique<schedule::OffloadStep>(
+      spec_, config, calibration_,
+      schedule::OffloadParams{.cache_slots = slots_,
+                              .max_inflight = params.max_inflight,
+                              .expert_bytes = offload_->expert_bytes()},
+      offload_->link());
+  if (offload_->simulated_clock() != nullptr)
+    step_->simulate_compute(offload_->simulated_clock(), offload_->profile());
+  offload_->attach(step_->scheduler());
   backend_ = std::make_unique<CpuBackend>(
       model_, CpuBackendParams{
                   .threads = params.threads, .context = context_, .max_batch = params.max_batch});
@@ -121,7 +132,7 @@ std::span<const float> Engine::prefill(std::span<const int32_t> tokens,
   // Batches of max_batch tokens when every expert is addressable at once; with offloaded
   // experts the prompt goes token by token (the decisions are the same either way, and each
   // token's experts must be in the cache when its MoE runs).
-  const size_t B = store_->all_resident() && !step_->offloaded()
+  const size_t B = offload_->store().all_resident() && !step_->offloaded()
                        ? static_cast<size_t>(params_.max_batch)
                        : 1;
   for (size_t begin = 0; begin < tokens.size(); begin += B) {
@@ -184,6 +195,7 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
   }
   backend_->head(n, all_logits);
   if (token_major) step_->end_token();
+  counters_.tokens += n;
   pos_ += n;
 }
 
@@ -208,9 +220,13 @@ void Engine::route_tokens(int l, int m, std::span<const int32_t> tokens,
                                                 : std::span<const float>{},
                                        z, ws);
     SM_ASSERT(d.selected.size() == K && d.weights.size() == K);
+    counters_.layer_steps += 1;
+    counters_.replaced += d.replaced;
+    counters_.demand += static_cast<int64_t>(d.demand.size());
+    counters_.prefetch += static_cast<int64_t>(d.prefetch.size());
     for (size_t i = 0; i < K; ++i) {
       calls_[t * K + i] = {
-          .weights = &store_->expert(m, l, d.selected[i], d.selected_slot[i]),
+          .weights = &offload_->store().expert(m, l, d.selected[i], d.selected_slot[i]),
           .expert = d.selected[i],
           .weight = d.weights[i]};
     }
