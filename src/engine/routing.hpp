@@ -4,7 +4,7 @@
 //
 // Why one RequestRouter per MoE layer: a router keeps one step counter for all layers, but a
 // batched prefill routes layer by layer (all prompt tokens of layer l, then of layer l+1). The
-// state of layer l only depends on layer l's history (policy-spec.md), so giving each layer its
+// state of layer l only depends on layer l's history (policy contract), so giving each layer its
 // own router, advanced once per token, reproduces the token-by-token decisions exactly in both
 // orders. Router m is only ever asked about layer m.
 #pragma once
