@@ -1,6 +1,6 @@
 // `steermoe trace`: runs a text file through the model (windows of --window tokens, each a
 // sequence) and records router scores and pre-gate scores in the trace format
-// (docs trace-format.md) with trace::TraceWriter.
+// (docs/trace-format.md) with trace::TraceWriter.
 #include <cstdio>
 #include <fstream>
 #include <memory>

@@ -42,7 +42,7 @@ struct EngineParams {
 };
 
 // Router scores and decisions of every processed token, in the trace format's terms
-// (trace-format.md). Rows are [token][moe layer][expert] (scores) or [token][moe layer][k].
+// (docs/trace-format.md). Rows are [token][moe layer][expert] (scores) or [token][moe layer][k].
 struct RoutingRecord {
   int moe_layers = 0;
   int experts = 0;
