@@ -78,9 +78,9 @@ void add_perplexity_command(CLI::App& root) {
                                    .policy = o->policy,
                                    .cache_slots = o->cache,
                                    .calibration = calibration ? &*calibration : nullptr});
-    const eval::PerplexityResult r = eval::perplexity(
-        engine, model->config().vocab, ids,
-        {.window = o->window, .max_windows = o->max_windows, .bos = bos});
+    const eval::PerplexityResult r =
+        eval::perplexity(engine, model->config().vocab, ids,
+                         {.window = o->window, .max_windows = o->max_windows, .bos = bos});
     nlohmann::json per_window = nlohmann::json::array();
     for (const eval::WindowNll& w : r.windows) {
       per_window.push_back({{"begin", w.begin},

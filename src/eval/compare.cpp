@@ -57,7 +57,9 @@ std::string fmt_p(double p) {
   return fmt::format("{:.4f}", p);
 }
 
-json num_or_null(double v) { return std::isfinite(v) ? json(v) : json(nullptr); }
+json num_or_null(double v) {
+  return std::isfinite(v) ? json(v) : json(nullptr);
+}
 
 }  // namespace
 
@@ -73,7 +75,8 @@ std::vector<ScoreItem> read_scores_jsonl(const std::string& path) {
     const json j = parse_line(line, where);
     for (const char* key : {"task", "id", "score"})
       if (!j.contains(key)) fail(where, key, "expected the field (each line: task, id, score)");
-    if (!j["task"].is_string()) fail(where, "task", "expected a string, found {}", j["task"].dump());
+    if (!j["task"].is_string())
+      fail(where, "task", "expected a string, found {}", j["task"].dump());
     ScoreItem item{j["task"].get<std::string>(), id_text(j["id"], where, "id"),
                    score_value(j["score"], where, "score")};
     if (!seen.emplace(item.task, item.id).second)
@@ -272,9 +275,10 @@ std::string tasks_markdown(const std::vector<TaskRow>& rows, const TaskSummary& 
   for (const TaskRow& r : rows) {
     std::string test = r.test;
     if (r.test == "mcnemar") test += fmt::format(" ({} vs {} discordant)", r.a_only, r.b_only);
-    if (r.test == "sign-flip") test += r.exact ? " (exact)" : fmt::format(" ({} draws)", r.patterns);
-    out += fmt::format("| {} | {} | {} | {} | {:+.{}f} | [{}, {}] | {} | {} | {} |\n", r.task,
-                       r.n, fmt_num(r.mean_a * k, 4), fmt_num(r.mean_b * k, 4), r.diff.mean * k, 4,
+    if (r.test == "sign-flip")
+      test += r.exact ? " (exact)" : fmt::format(" ({} draws)", r.patterns);
+    out += fmt::format("| {} | {} | {} | {} | {:+.{}f} | [{}, {}] | {} | {} | {} |\n", r.task, r.n,
+                       fmt_num(r.mean_a * k, 4), fmt_num(r.mean_b * k, 4), r.diff.mean * k, 4,
                        fmt_num(r.diff.ci_low * k, 4), fmt_num(r.diff.ci_high * k, 4), test,
                        fmt_p(r.p), fmt_p(r.p_holm));
   }
@@ -351,7 +355,8 @@ std::vector<RatioRow> compare_latency(const json& bench, const std::string& path
       if (!rj.contains("round") || !rj["round"].is_number_integer())
         fail(path, rf + ".round", "expected an integer");
       if (!rj.contains("ms_per_token") || !rj["ms_per_token"].contains("mean") ||
-          !rj["ms_per_token"]["mean"].is_number() || !(rj["ms_per_token"]["mean"].get<double>() > 0))
+          !rj["ms_per_token"]["mean"].is_number() ||
+          !(rj["ms_per_token"]["mean"].get<double>() > 0))
         fail(path, rf + ".ms_per_token.mean", "expected a positive number");
       if (!config.ms.emplace(rj["round"].get<int64_t>(), rj["ms_per_token"]["mean"].get<double>())
                .second)

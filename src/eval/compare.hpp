@@ -50,7 +50,7 @@ std::vector<PairedTask> pair_scores(const std::vector<ScoreItem>& a, const std::
 
 struct CompareOptions {
   double level = 0.95;
-  int exact_limit = 20;   // sign-flip: exact enumeration up to 2^exact_limit patterns
+  int exact_limit = 20;    // sign-flip: exact enumeration up to 2^exact_limit patterns
   int64_t draws = 100000;  // else this many seeded random sign vectors
   uint64_t seed = 20260101;
   double scale = 1.0;  // multiplies scores in the report (100: points); tests are unaffected

@@ -113,8 +113,7 @@ void expand_one(std::string_view grid, std::vector<std::string>& out) {
   for (size_t p = 0; p < total; ++p) {
     std::string policy(name);
     for (size_t a = 0; a < axes.size(); ++a)
-      policy += fmt::format("{}{}={}", a == 0 ? ":" : ",", axes[a].first,
-                            axes[a].second[index[a]]);
+      policy += fmt::format("{}{}={}", a == 0 ? ":" : ",", axes[a].first, axes[a].second[index[a]]);
     policy::parse_policy(policy);  // throws with the policy parser's message
     out.push_back(std::move(policy));
     for (size_t a = axes.size(); a-- > 0;) {  // last key fastest
@@ -131,7 +130,8 @@ std::vector<std::string> expand_grid(std::string_view grid) {
   for (std::string_view part : split(grid, ';')) {
     if (part.empty()) fail("grid", std::string(grid), "expected no empty grid between ';'");
     expand_one(part, out);
-    if (out.size() > kMaxPoints) fail("grid", std::string(grid), "expected at most {} points", kMaxPoints);
+    if (out.size() > kMaxPoints)
+      fail("grid", std::string(grid), "expected at most {} points", kMaxPoints);
   }
   return out;
 }

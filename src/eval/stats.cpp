@@ -51,7 +51,8 @@ double incomplete_beta_xy(double a, double b, double x, double y) {
   if (y == 0.0) return 1.0;
   const double log_front =
       std::lgamma(a + b) - std::lgamma(a) - std::lgamma(b) + a * std::log(x) + b * std::log(y);
-  if (x < (a + 1.0) / (a + b + 2.0)) return std::exp(log_front) * beta_continued_fraction(a, b, x) / a;
+  if (x < (a + 1.0) / (a + b + 2.0))
+    return std::exp(log_front) * beta_continued_fraction(a, b, x) / a;
   return 1.0 - std::exp(log_front) * beta_continued_fraction(b, a, y) / b;
 }
 
@@ -73,7 +74,10 @@ double invert_cdf(Cdf cdf, double p) {
   for (int i = 0; i < 2000; ++i) {
     const double mid = 0.5 * (lo + hi);
     if (mid <= lo || mid >= hi) break;
-    if (cdf(mid) < p) lo = mid; else hi = mid;
+    if (cdf(mid) < p)
+      lo = mid;
+    else
+      hi = mid;
   }
   return 0.5 * (lo + hi);
 }
@@ -109,7 +113,9 @@ double student_t_quantile(double p, double df) {
   return invert_cdf([df](double t) { return t >= 0 ? 1.0 : student_t_upper(-t, df); }, p);
 }
 
-double normal_cdf(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+double normal_cdf(double x) {
+  return 0.5 * std::erfc(-x / std::sqrt(2.0));
+}
 
 double normal_quantile(double p) {
   if (!(p > 0.0 && p < 1.0)) return p == 0.0 ? -INFINITY : p == 1.0 ? INFINITY : kNaN;
@@ -288,8 +294,7 @@ RatioResult latency_ratio(std::span<const double> a, std::span<const double> b, 
   return r;
 }
 
-TaskMean mean_over_tasks(std::span<const double> means, std::span<const double> ses,
-                         double level) {
+TaskMean mean_over_tasks(std::span<const double> means, std::span<const double> ses, double level) {
   SM_ASSERT(means.size() == ses.size());
   TaskMean r;
   r.tasks = static_cast<int64_t>(means.size());
