@@ -199,7 +199,10 @@ struct DiskLink::Impl {
       case FaultPlan::Kind::kShortRead:
         if (res > 0) {
           const auto half = static_cast<int64_t>(align_down(static_cast<uint64_t>(res) / 2));
-          return half > 0 ? half : res;
+          if (half == 0) return res;
+          // As if the rest had not been read: scribble over it.
+          std::memset(r.dst + half, 0xA5, static_cast<size_t>(res - half));
+          return half;
         }
         return res;
       default:
