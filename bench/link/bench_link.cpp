@@ -2,7 +2,7 @@
 //  - disk: expert-sized reads from a scratch file (dropped from the page cache before each run)
 //    through io_uring and pread, with O_DIRECT and buffered;
 //  - emulated: achieved vs requested bandwidth for expert-sized copies from host memory.
-// Usage: bench_link [--dir DIR] [--file-mb 512] [--expert-bytes 12582912] [--depth 8]
+// Usage: bench_link [--dir DIR] [--file-mb 512] [--expert-bytes 12582912] [--depth 16]
 //                   [--chunk-kb 1024]
 // The scratch file goes in DIR (default: the current folder; it must not be a tmpfs for
 // O_DIRECT) and is removed at the end.
@@ -27,8 +27,7 @@ using namespace steermoe::link;
 namespace fs = std::filesystem;
 
 double seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void write_file(const fs::path& path, uint64_t size) {
@@ -56,14 +55,19 @@ void drop_cache(const fs::path& path) {
 int main(int argc, char** argv) {
   fs::path dir = fs::current_path();
   uint64_t file_mb = 512, expert_bytes = 12582912, chunk_kb = 1024;
-  int depth = 8;
+  int depth = 16;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
-    if (a == "--dir") dir = argv[i + 1];
-    else if (a == "--file-mb") file_mb = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--expert-bytes") expert_bytes = std::strtoull(argv[i + 1], nullptr, 10);
-    else if (a == "--depth") depth = std::atoi(argv[i + 1]);
-    else if (a == "--chunk-kb") chunk_kb = std::strtoull(argv[i + 1], nullptr, 10);
+    if (a == "--dir")
+      dir = argv[i + 1];
+    else if (a == "--file-mb")
+      file_mb = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--expert-bytes")
+      expert_bytes = std::strtoull(argv[i + 1], nullptr, 10);
+    else if (a == "--depth")
+      depth = std::atoi(argv[i + 1]);
+    else if (a == "--chunk-kb")
+      chunk_kb = std::strtoull(argv[i + 1], nullptr, 10);
     else {
       std::fprintf(stderr, "unknown option %s\n", a.c_str());
       return 2;
@@ -102,7 +106,8 @@ int main(int argc, char** argv) {
       DiskLink link(layout, arena, o);
       const double t0 = seconds();
       Ticket t = kNoTicket;
-      for (int32_t e = 0; e < experts; ++e) t = link.enqueue({.layer = 0, .slot = e % 8, .expert = e});
+      for (int32_t e = 0; e < experts; ++e)
+        t = link.enqueue({.layer = 0, .slot = e % 8, .expert = e});
       link.wait(t);
       const double dt = seconds() - t0;
       uint64_t bytes = 0;
@@ -125,7 +130,8 @@ int main(int argc, char** argv) {
   std::vector<std::byte> host(static_cast<size_t>(sources) * expert_bytes, std::byte{1});
   ExpertLayout mem({}, {0}, sources);
   for (int32_t e = 0; e < sources; ++e) {
-    const PartSource p[] = {{-1, 0, expert_bytes, host.data() + static_cast<size_t>(e) * expert_bytes}};
+    const PartSource p[] = {
+        {-1, 0, expert_bytes, host.data() + static_cast<size_t>(e) * expert_bytes}};
     mem.add_expert(p);
   }
   SlotArena mem_arena(1, 4, mem.slot_bytes());
@@ -142,7 +148,8 @@ int main(int argc, char** argv) {
         t = link.enqueue({.layer = 0, .slot = i % 4, .expert = i % sources});
       link.wait(t);
       const double dt = link.now() - t0;
-      const double requested_s = copies * (latency_us * 1e-6 + static_cast<double>(expert_bytes) / (gbps * 1e9));
+      const double requested_s =
+          copies * (latency_us * 1e-6 + static_cast<double>(expert_bytes) / (gbps * 1e9));
       emulated.push_back(
           {{"requested_gb_per_s", gbps},
            {"latency_us", latency_us},
@@ -150,7 +157,8 @@ int main(int argc, char** argv) {
            {"achieved_gb_per_s", copies * static_cast<double>(expert_bytes) / dt / 1e9},
            {"seconds", dt},
            {"model_seconds", requested_s},
-           {"memcpy_gb_per_s", copies * static_cast<double>(expert_bytes) / link.memcpy_seconds() / 1e9}});
+           {"memcpy_gb_per_s",
+            copies * static_cast<double>(expert_bytes) / link.memcpy_seconds() / 1e9}});
     }
   }
   out["emulated"] = emulated;

@@ -47,8 +47,7 @@ EmulatedLinkParams parse_emulated_spec(std::string_view spec) {
   if (const size_t comma = rest.find(','); comma != std::string_view::npos) {
     gbps = rest.substr(0, comma);
     latency = rest.substr(comma + 1);
-    if (latency.empty())
-      fail("--link", "latency", "expected microseconds after ',' in '{}'", spec);
+    if (latency.empty()) fail("--link", "latency", "expected microseconds after ',' in '{}'", spec);
   }
   EmulatedLinkParams p;
   const double bw = parse_number(gbps, spec, "bandwidth");
@@ -78,8 +77,8 @@ EmulatedLink::EmulatedLink(const ExpertLayout& layout, SlotArena& arena,
     fail("emulated link", "source", "every expert needs a host memory copy (none for some part)");
   if (arena.layers() != layout.layers() || arena.slot_bytes() < layout.slot_bytes()) {
     fail("emulated link", "slots",
-         "expected {} layers of slots of >= {} bytes, found {} layers of {} bytes",
-         layout.layers(), layout.slot_bytes(), arena.layers(), arena.slot_bytes());
+         "expected {} layers of slots of >= {} bytes, found {} layers of {} bytes", layout.layers(),
+         layout.slot_bytes(), arena.layers(), arena.slot_bytes());
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -167,8 +166,8 @@ void EmulatedLink::run() {
         have = true;
       } else if (count < kAhead) {
         const double until = pending[head].end - params_.spin_s;
-        const auto deadline =
-            Clock::time_point(std::chrono::nanoseconds(start_ns_ + static_cast<int64_t>(until * 1e9)));
+        const auto deadline = Clock::time_point(
+            std::chrono::nanoseconds(start_ns_ + static_cast<int64_t>(until * 1e9)));
         have = queue_.pop_until(q, deadline);
       }
     }

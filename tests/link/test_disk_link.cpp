@@ -1,8 +1,6 @@
 // The disk link on both I/O paths (io_uring, pread) with and without O_DIRECT: the bytes it
 // reads, FIFO completion, and every injected fault ending in a clear error with no completion
 // of the faulty copy.
-#include "link/disk_link.hpp"
-
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -14,6 +12,7 @@
 
 #include "common/error.hpp"
 #include "link/checksum.hpp"
+#include "link/disk_link.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::link {
@@ -110,8 +109,8 @@ class DiskLinkTest : public ::testing::TestWithParam<Variant> {
   bool skipped_ = false;
 };
 
-#define SKIP_IF_DIRECT_REFUSED()                                                           \
-  if (skipped_)                                                                            \
+#define SKIP_IF_DIRECT_REFUSED() \
+  if (skipped_)                  \
   GTEST_SKIP() << "this filesystem refuses O_DIRECT (the buffered variant covers the rest)"
 
 TEST_P(DiskLinkTest, RandomCopiesLandTheRightBytes) {
@@ -177,7 +176,8 @@ TEST_P(DiskLinkTest, EndOfFileBeforeTheExpertEndsIsAnError) {
 TEST_P(DiskLinkTest, ShortReadIsResubmittedAndCompletes) {
   DiskLinkOptions o = options();
   o.chunk_bytes = 1 << 20;  // whole parts, so the short read leaves a real rest
-  for (Ticket t = 1; t <= 6; ++t) o.faults.faults.push_back({.ticket = t, .kind = Kind::kShortRead});
+  for (Ticket t = 1; t <= 6; ++t)
+    o.faults.faults.push_back({.ticket = t, .kind = Kind::kShortRead});
   auto link = open(o);
   SKIP_IF_DIRECT_REFUSED();
   // Six copies into six different slots, each of an expert with a part longer than a page.
@@ -193,9 +193,10 @@ TEST_P(DiskLinkTest, ShortReadIsResubmittedAndCompletes) {
 TEST_P(DiskLinkTest, ACopyIntoASlotLandsAfterTheEarlierCopyIntoThatSlot) {
   // The first copy's only read comes back short and is resubmitted, after the second copy
   // (same slot) was enqueued: the slot must still end up holding the second expert.
-  m_ = make_synthetic(scratch(std::string("disk_order_") + (GetParam().io == DiskIo::kUring ? "u" : "p") +
-                              (GetParam().direct ? "d" : "b")),
-                      2, 10, 1, 8 << 20, 600'000);
+  m_ = make_synthetic(
+      scratch(std::string("disk_order_") + (GetParam().io == DiskIo::kUring ? "u" : "p") +
+              (GetParam().direct ? "d" : "b")),
+      2, 10, 1, 8 << 20, 600'000);
   DiskLinkOptions o = options();
   o.chunk_bytes = 1 << 20;
   std::vector<CopyRequest> copies;
