@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
@@ -26,9 +27,7 @@ void add_run_command(CLI::App& root) {
     float temperature = 0.0f;
     float top_p = 1.0f;
     uint64_t seed = 0;
-    std::string policy = "exact:evict=lru";
-    int cache = 0;
-    std::string calib;
+    EngineOptions engine;
     bool ignore_eos = false;
   };
   auto o = std::make_shared<Options>();
@@ -47,27 +46,24 @@ void add_run_command(CLI::App& root) {
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling: keep tokens up to this probability mass")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", o->seed, "Random seed for sampling");
-  cmd->add_option("--policy", o->policy, "Routing policy string (policy/README.md)");
-  cmd->add_option("--cache", o->cache,
-                  "Logical expert-cache slots per MoE layer (0: all experts resident)")
-      ->check(CLI::Range(0, 4096));
-  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
+  add_engine_options(cmd, o->engine);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
   cmd->final_callback([o] {
     using Clock = std::chrono::steady_clock;
     auto model = model::Model::load(o->model);
-    std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())
       fail(o->model, "prompt", "expected at least one token, the prompt encodes to none");
-    engine::Engine engine(*model, {.threads = o->threads,
-                                   .context = o->context,
-                                   .policy = o->policy,
-                                   .cache_slots = o->cache,
-                                   .calibration = calibration ? &*calibration : nullptr});
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                o->context));
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {
       fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",
            prompt.size(), o->n_predict, engine.context());

@@ -21,9 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 using link::testing::scratch;
 
+// The llama.cpp oracle committed in tests/data/oracle.
 fs::path oracle() {
-  if (const char* env = std::getenv("STEERMOE_ORACLE_DIR")) return env;
-  return fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+  return fs::path(STEERMOE_ORACLE_DIR);
 }
 
 bool same_matrix(const kernels::Matrix& a, const kernels::Matrix& b) {
@@ -154,8 +154,7 @@ TEST(ModelLayout, ShippedModel) {
 
 TEST(ModelLayout, FusedGateUpFromTheOracle) {
   const fs::path path = oracle() / "olmoe" / "hf_fused";
-  ASSERT_TRUE(fs::exists(path)) << "oracle not found at " << oracle()
-                                << " (shared/ beside the checkout, or set STEERMOE_ORACLE_DIR)";
+  ASSERT_TRUE(fs::exists(path)) << "oracle not found at " << oracle();
   const auto model = Model::load(path);
   const link::ExpertLayout layout = expert_layout(*model);
   // gate and up are adjacent slices of one [E, 2I, H] tensor.
