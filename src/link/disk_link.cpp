@@ -457,7 +457,10 @@ struct DiskLink::Impl {
     while (copy_count > 0) {
       CopyState& c = copies[copy_head];
       if (!c.issued_all || c.outstanding > 0) break;
-      if (!finish_copy(c.q, error)) return false;
+      if (!finish_copy(c.q, error)) {
+        if (last != kNoTicket) done.publish(last);  // the good copies before it
+        return false;
+      }
       last = c.q.ticket;
       copy_head = (copy_head + 1) % kMaxCopies;
       --copy_count;

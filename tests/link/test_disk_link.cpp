@@ -235,6 +235,7 @@ TEST_P(DiskLinkTest, CorruptBytesAreCaughtByVerify) {
   SKIP_IF_DIRECT_REFUSED();
   const std::string msg = expect_failure(*link, sequence(10, 4), 5);
   EXPECT_THAT(msg, HasSubstr("checksum mismatch"));
+  EXPECT_EQ(link->watermark(), 4);  // every copy before the bad one completed
 }
 
 TEST_P(DiskLinkTest, CorruptBytesPassUnnoticedWithoutVerify) {
