@@ -48,6 +48,11 @@ class DiskLinkTest : public ::testing::TestWithParam<Variant> {
     std::memset(arena_.slot(0, 0), 0xEE, arena_.total_bytes());
   }
 
+  void TearDown() override {
+    m_.map = model::MappedFile();
+    std::filesystem::remove_all(m_.path.parent_path());
+  }
+
   DiskLinkOptions options() const {
     DiskLinkOptions o;
     o.io = GetParam().io;
