@@ -75,6 +75,8 @@ void add_run_command(CLI::App& root) {
     const auto t0 = Clock::now();
     std::span<const float> logits = engine.prefill(prompt);
     const auto t1 = Clock::now();
+    // Decode figures only: the prompt's copies stay out of them.
+    if (schedule::TransferScheduler* sched = engine.offload().scheduler()) sched->reset_totals();
     const std::optional<int32_t> eos = tok.eos();
     int generated = 0;
     for (; generated < o->n_predict; ++generated) {
@@ -96,6 +98,23 @@ void add_run_command(CLI::App& root) {
     std::fprintf(stderr, "decode: %d tokens in %.1f ms (%.2f tok/s, %.2f ms/token), %d threads\n",
                  decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0,
                  decoded > 0 ? decode_s * 1e3 / decoded : 0.0, engine.threads());
+    std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
+                 engine.experts().describe().c_str(), engine.policy().to_string().c_str(),
+                 engine.cache_slots(), model->config().experts);
+    if (const schedule::TransferScheduler* sched = engine.offload().scheduler();
+        sched != nullptr && sched->totals().tokens > 0) {
+      const schedule::RunTotals& t = sched->totals();
+      const double n = static_cast<double>(t.tokens);
+      std::fprintf(stderr,
+                   "copies/token: %.2f demand + %.2f prefetch (in time %.2f, late %.2f, unused "
+                   "%.2f); stall %.2f ms/token, host %.3f ms/token\n",
+                   t.demand / n, t.prefetch_enqueued / n, t.prefetch_in_time / n,
+                   t.prefetch_late / n, t.prefetch_unused / n, t.stall * 1e3 / n, t.host * 1e3 / n);
+      if (engine.experts().kind() == engine::LinkKind::kSim) {
+        std::fprintf(stderr, "simulated: %.3f ms/token on the profile's clock\n",
+                     t.latency * 1e3 / n);
+      }
+    }
   });
 }
 

@@ -186,8 +186,11 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
     const RouterScores scores = backend_->router(l, next, n);
     route_tokens(l, m, tokens, scores);
     if (token_major) step_->wait(m);
-    backend_->moe(l, n, std::span<const ExpertCall>(calls_.data(),
-                                                    static_cast<size_t>(n * cfg_.top_k)));
+    // Only after the wait: the store hands out an expert once its slot's copy has completed.
+    const std::span<ExpertCall> calls(calls_.data(), static_cast<size_t>(n * cfg_.top_k));
+    for (ExpertCall& call : calls)
+      call.weights = &offload_->store().expert(m, l, call.expert, call.slot);
+    backend_->moe(l, n, calls);
     if (token_major) step_->end_layer(m);
     if (!scores.pregate_next.empty()) {
       std::copy_n(scores.pregate_next.begin(), rows, pre_cur_.begin());
@@ -200,7 +203,7 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
 }
 
 // The policy step of MoE layer `m` for each token, and the expert calls it gives.
-void Engine::route_tokens(int l, int m, std::span<const int32_t> tokens,
+void Engine::route_tokens(int /*layer*/, int m, std::span<const int32_t> tokens,
                           const RouterScores& scores) {
   const auto E = static_cast<size_t>(cfg_.experts);
   const auto K = static_cast<size_t>(cfg_.top_k);
@@ -225,10 +228,10 @@ void Engine::route_tokens(int l, int m, std::span<const int32_t> tokens,
     counters_.demand += static_cast<int64_t>(d.demand.size());
     counters_.prefetch += static_cast<int64_t>(d.prefetch.size());
     for (size_t i = 0; i < K; ++i) {
-      calls_[t * K + i] = {
-          .weights = &offload_->store().expert(m, l, d.selected[i], d.selected_slot[i]),
-          .expert = d.selected[i],
-          .weight = d.weights[i]};
+      calls_[t * K + i] = {.weights = nullptr,
+                           .expert = d.selected[i],
+                           .slot = d.selected_slot[i],
+                           .weight = d.weights[i]};
     }
     if (record_ != nullptr) record_rows(m, static_cast<int>(t), d, scores);
   }

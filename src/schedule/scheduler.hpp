@@ -65,6 +65,7 @@ struct TokenStats {
 // Totals over every token since construction (or reset_totals), plus per-layer breakdowns.
 struct RunTotals {
   int64_t tokens = 0;
+  double latency = 0;  // sum of token latencies (link clock)
   int64_t requests = 0;
   int64_t demand = 0;
   int64_t prefetch_emitted = 0;
