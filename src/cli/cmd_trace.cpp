@@ -68,7 +68,7 @@ void add_trace_command(CLI::App& root) {
                                    .policy = o->policy,
                                    .cache_slots = o->cache,
                                    .calibration = calibration ? &*calibration : nullptr});
-    const policy::RouterSpec spec = engine.routing().spec();
+    const policy::RouterSpec spec = engine.router_spec();
     trace::TraceMeta meta;
     meta.layers = spec.layers;
     meta.experts = spec.experts;
