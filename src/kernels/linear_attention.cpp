@@ -1,0 +1,66 @@
+#include "kernels/linear_attention.hpp"
+
+#include <cmath>
+
+namespace steermoe::kernels {
+
+namespace {
+float silu(float x) { return x / (1.0f + std::exp(-x)); }
+}  // namespace
+
+void conv1d_silu_step(float* state, const float* x, const float* w, size_t channels, size_t k,
+                      float* out) {
+  const size_t m = k - 1;  // state width
+  for (size_t c = 0; c < channels; ++c) {
+    float* st = state + c * m;
+    const float* wc = w + c * k;
+    const float xc = x[c];
+    float acc = 0.0f;
+    for (size_t j = 0; j < m; ++j) acc += wc[j] * st[j];
+    acc += wc[m] * xc;
+    for (size_t j = 0; j + 1 < m; ++j) st[j] = st[j + 1];
+    if (m > 0) st[m - 1] = xc;
+    out[c] = silu(acc);
+  }
+}
+
+void l2norm(float* x, size_t n, float eps) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(sum + eps);
+  for (size_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void delta_rule_step(float* state, const float* q, const float* k, const float* v, float g,
+                     float beta, size_t dk, size_t dv, float* out) {
+  const float decay = std::exp(g);
+  for (size_t i = 0; i < dk * dv; ++i) state[i] *= decay;
+  // m = S^T k and d = (v - m) * beta, column by column (fixed order over the key dim).
+  for (size_t j = 0; j < dv; ++j) {
+    float m = 0.0f;
+    for (size_t i = 0; i < dk; ++i) m += state[i * dv + j] * k[i];
+    out[j] = (v[j] - m) * beta;  // out holds d until the last loop
+  }
+  for (size_t i = 0; i < dk; ++i) {
+    float* row = state + i * dv;
+    const float ki = k[i];
+    for (size_t j = 0; j < dv; ++j) row[j] += ki * out[j];
+  }
+  for (size_t j = 0; j < dv; ++j) {
+    float o = 0.0f;
+    for (size_t i = 0; i < dk; ++i) o += state[i * dv + j] * q[i];
+    out[j] = o;
+  }
+}
+
+void rmsnorm_gated(const float* x, const float* w, const float* z, float* out, size_t n,
+                   float eps) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+  for (size_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv) * silu(z[i]);
+}
+
+float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+
+}  // namespace steermoe::kernels
