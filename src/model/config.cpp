@@ -411,6 +411,15 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       c.qk_norm = QkNorm::kPerHead;
       c.rope = RopeKind::kNeox;
       c.norm_topk_prob = true;
+      // Dense layers (transformers' mlp_only_layers / decoder_sparse_step) have no router;
+      // their SwiGLU width is feed_forward_length.
+      for (int l = 0; l < c.layers; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        if (!f.has_tensor(b + "ffn_gate_inp.weight") && f.has_tensor(b + "ffn_gate.weight")) {
+          c.moe_layer[static_cast<size_t>(l)] = 0;
+        }
+      }
+      if (c.moe_layer_count() < c.layers) c.dense_ffn = gguf_int(f, p + "feed_forward_length");
       break;
     case Family::kDeepseekV3: {
       // MLA is stored as MQA (head_count_kv 1, key_length = kv_lora + rope); we decompress per
