@@ -109,8 +109,10 @@ SlotSource model_slot_source(const Model& model);
 // Matrices are stored as `dtype`, vectors as F32. Deterministic in `seed`.
 SlotSource random_slot_source(DType dtype, uint64_t seed);
 
-// Real shapes: "OLMoE-1B-7B", "Qwen3-30B-A3B", "Moonlight-16B-A3B", and "small" versions
-// ("olmoe-small", "qwen3moe-small", "deepseek-small") for tests. Throws Error for others.
+// Real shapes: "OLMoE-1B-7B", "Qwen3-30B-A3B", "Moonlight-16B-A3B", "Qwen3.6-35B-A3B" (also
+// spelled "qwen3.6-35b-a3b"), "Qwen3-Next-80B-A3B", and "small" versions ("olmoe-small",
+// "qwen3moe-small", "deepseek-small", "qwen35moe-small", "qwen3next-small") for tests. Throws
+// Error for others.
 ModelConfig shape_config(const std::string& shape);
 
 }  // namespace steermoe::model

@@ -500,10 +500,47 @@ ModelConfig shape_config(const std::string& shape) {
     c.correction_bias = true;
     c.bos_token = small ? 297 : 163584;
     c.eos_token = small ? 296 : 163586;
+  } else if (shape == "Qwen3.6-35B-A3B" || shape == "qwen3.6-35b-a3b" ||
+             shape == "Qwen3-Next-80B-A3B" || shape == "qwen35moe-small" ||
+             shape == "qwen3next-small") {
+    // Qwen3.5 / 3.6 35B-A3B (= transformers' Qwen3_5MoeTextConfig defaults) and Qwen3-Next-80B:
+    // groups of three Gated DeltaNet layers and one gated full-attention layer.
+    const bool small = shape == "qwen35moe-small" || shape == "qwen3next-small";
+    const bool next = shape == "Qwen3-Next-80B-A3B" || shape == "qwen3next-small";
+    c.family = next ? Family::kQwen3Next : Family::kQwen35Moe;
+    c.vocab = small ? 300 : next ? 151936 : 248320;
+    c.hidden = small ? 64 : 2048;
+    c.layers = small ? 4 : next ? 48 : 40;
+    c.heads = small ? 4 : 16;
+    c.kv_heads = 2;
+    c.head_dim = small ? 16 : 256;
+    c.rope_dim = c.head_dim / 4;  // partial_rotary_factor 0.25
+    c.rms_eps = 1e-6f;
+    c.rope_theta = small ? 10000.0f : 1e7f;
+    c.max_positions = small ? 4096 : 262144;
+    c.linear = {.conv_kernel = 4,
+                .k_heads = small ? 2 : 16,
+                .v_heads = small ? 4 : 32,
+                .k_head_dim = small ? 16 : 128,
+                .v_head_dim = small ? 16 : 128,
+                .v_heads_tiled = false};
+    c.experts = small ? 16 : next ? 512 : 256;
+    c.top_k = small ? 4 : next ? 10 : 8;
+    c.expert_ffn = small ? 32 : 512;
+    c.shared_ffn = small ? 32 : 512;
+    c.norm_topk_prob = true;
+    c.qk_norm = QkNorm::kPerHead;
+    c.attn_output_gate = true;
+    c.shared_expert_gate = true;
+    c.norm_plus_one = true;
+    c.linear_layer.assign(static_cast<size_t>(c.layers), 0);
+    for (int l = 0; l < c.layers; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % 4 != 0;
+    if (small) c.eos_token = 296;
   } else {
     fail("--shape", "name",
-         "expected OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, olmoe-small, qwen3moe-small or "
-         "deepseek-small, found '{}'",
+         "expected OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, Qwen3.6-35B-A3B, "
+         "Qwen3-Next-80B-A3B, olmoe-small, qwen3moe-small, deepseek-small, qwen35moe-small or "
+         "qwen3next-small, found '{}'",
          shape);
   }
   c.moe_layer.assign(static_cast<size_t>(c.layers), 1);

@@ -17,6 +17,7 @@
 #include "model/gguf.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights.hpp"
+#include "model/weights_layout.hpp"
 
 namespace steermoe::model {
 namespace {
@@ -163,6 +164,25 @@ TEST(ConfigVariants, HybridBadInput) {
   j = config_of("olmoe_clip");
   j["layer_types"] = json::array({"linear_attention", "full_attention"});
   EXPECT_EQ(error_of(j), "");  // not a hybrid family: the field means nothing to OLMoE
+}
+
+TEST(ConfigVariants, RealQwen36Shape) {
+  const ModelConfig c = shape_config("qwen3.6-35b-a3b");
+  EXPECT_EQ(c.family, Family::kQwen35Moe);
+  EXPECT_EQ(c.layers, 40);
+  EXPECT_EQ(c.linear_layer_count(), 30);
+  EXPECT_EQ(c.experts, 256);
+  EXPECT_EQ(c.top_k, 8);
+  EXPECT_EQ(c.rotary_dim(), 64);
+  EXPECT_EQ(c.linear.conv_dim(), 8192);
+  // One routed expert in BF16: 3 x 2048 x 512 x 2 bytes (architectures.md).
+  EXPECT_EQ(3ull * static_cast<uint64_t>(c.hidden) * static_cast<uint64_t>(c.expert_ffn) * 2,
+            6291456ull);
+  EXPECT_EQ(shape_config("Qwen3.6-35B-A3B").summary(), c.summary());
+  const ModelConfig n = shape_config("Qwen3-Next-80B-A3B");
+  EXPECT_EQ(n.experts, 512);
+  EXPECT_EQ(n.top_k, 10);
+  EXPECT_EQ(n.linear_layer_count(), 36);
 }
 
 int run_cli(const std::string& args) {
