@@ -27,6 +27,7 @@ struct RouterScores {
 struct ExpertCall {
   const model::SwigluWeights* weights = nullptr;
   int32_t expert = 0;  // expert id (groups a batch by expert)
+  int32_t slot = 0;    // cache slot it is executed from
   float weight = 0.0f;
 };
 

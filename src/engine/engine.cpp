@@ -61,9 +61,20 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
          calibration->top_k);
   }
   calibration_ = calibration != nullptr ? *calibration : policy::uninformed_calibration(spec_);
-  step_ = std::make_unique<schedule::OffloadStep>(spec_, config, calibration_,
-                                                  schedule::OffloadParams{.cache_slots = slots_});
-  store_ = std::make_unique<ResidentExpertStore>(model_);
+  if (params.max_inflight < 1 || params.max_inflight > 1024) {
+    fail("engine", "--max-inflight", "expected 1..1024, found {}", params.max_inflight);
+  }
+  offload_ = std::make_unique<Offload>(model_, LinkOptions{.spec = params.link, .verify = params.verify},
+                                       slots_);
+  step_ = std::make_unique<schedule::OffloadStep>(
+      spec_, config, calibration_,
+      schedule::OffloadParams{.cache_slots = slots_,
+                              .max_inflight = params.max_inflight,
+                              .expert_bytes = offload_->expert_bytes()},
+      offload_->link());
+  if (offload_->simulated_clock() != nullptr)
+    step_->simulate_compute(offload_->simulated_clock(), offload_->profile());
+  offload_->attach(step_->scheduler());
   backend_ = std::make_unique<CpuBackend>(
       model_, CpuBackendParams{
                   .threads = params.threads, .context = context_, .max_batch = params.max_batch});
@@ -121,7 +132,7 @@ std::span<const float> Engine::prefill(std::span<const int32_t> tokens,
   // Batches of max_batch tokens when every expert is addressable at once; with offloaded
   // experts the prompt goes token by token (the decisions are the same either way, and each
   // token's experts must be in the cache when its MoE runs).
-  const size_t B = store_->all_resident() && !step_->offloaded()
+  const size_t B = offload_->store().all_resident() && !step_->offloaded()
                        ? static_cast<size_t>(params_.max_batch)
                        : 1;
   for (size_t begin = 0; begin < tokens.size(); begin += B) {
@@ -175,8 +186,11 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
     const RouterScores scores = backend_->router(l, next, n);
     route_tokens(l, m, tokens, scores);
     if (token_major) step_->wait(m);
-    backend_->moe(l, n, std::span<const ExpertCall>(calls_.data(),
-                                                    static_cast<size_t>(n * cfg_.top_k)));
+    // Only after the wait: the store hands out an expert once its slot's copy has completed.
+    const std::span<ExpertCall> calls(calls_.data(), static_cast<size_t>(n * cfg_.top_k));
+    for (ExpertCall& call : calls)
+      call.weights = &offload_->store().expert(m, l, call.expert, call.slot);
+    backend_->moe(l, n, calls);
     if (token_major) step_->end_layer(m);
     if (!scores.pregate_next.empty()) {
       std::copy_n(scores.pregate_next.begin(), rows, pre_cur_.begin());
@@ -184,11 +198,12 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
   }
   backend_->head(n, all_logits);
   if (token_major) step_->end_token();
+  counters_.tokens += n;
   pos_ += n;
 }
 
 // The policy step of MoE layer `m` for each token, and the expert calls it gives.
-void Engine::route_tokens(int l, int m, std::span<const int32_t> tokens,
+void Engine::route_tokens(int /*layer*/, int m, std::span<const int32_t> tokens,
                           const RouterScores& scores) {
   const auto E = static_cast<size_t>(cfg_.experts);
   const auto K = static_cast<size_t>(cfg_.top_k);
@@ -208,11 +223,15 @@ void Engine::route_tokens(int l, int m, std::span<const int32_t> tokens,
                                                 : std::span<const float>{},
                                        z, ws);
     SM_ASSERT(d.selected.size() == K && d.weights.size() == K);
+    counters_.layer_steps += 1;
+    counters_.replaced += d.replaced;
+    counters_.demand += static_cast<int64_t>(d.demand.size());
+    counters_.prefetch += static_cast<int64_t>(d.prefetch.size());
     for (size_t i = 0; i < K; ++i) {
-      calls_[t * K + i] = {
-          .weights = &store_->expert(m, l, d.selected[i], d.selected_slot[i]),
-          .expert = d.selected[i],
-          .weight = d.weights[i]};
+      calls_[t * K + i] = {.weights = nullptr,
+                           .expert = d.selected[i],
+                           .slot = d.selected_slot[i],
+                           .weight = d.weights[i]};
     }
     if (record_ != nullptr) record_rows(m, static_cast<int>(t), d, scores);
   }

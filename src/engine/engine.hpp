@@ -16,6 +16,7 @@
 
 #include "engine/backend.hpp"
 #include "engine/expert_store.hpp"
+#include "engine/offload.hpp"
 #include "model/weights.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
@@ -33,10 +34,15 @@ struct EngineParams {
   std::string policy = "exact:evict=lru";  // routing policy string
   int cache_slots = 0;                     // logical expert-cache slots per layer; 0 = all experts
   const policy::Calibration* calibration = nullptr;  // optional (needed by cache-aware policies)
+  // Where experts live and how they move (engine/offload.hpp): resident | sim:PROFILE |
+  // emulated:GBPS[,LATENCY_US] | disk.
+  std::string link = "resident";
+  int max_inflight = 2;  // prefetch copies in flight at a layer boundary (>= 1)
+  bool verify = false;   // disk link: check every copied expert's checksum
 };
 
 // Router scores and decisions of every processed token, in the trace format's terms
-// (trace-format.md). Rows are [token][moe layer][expert] (scores) or [token][moe layer][k].
+// (docs/trace-format.md). Rows are [token][moe layer][expert] (scores) or [token][moe layer][k].
 struct RoutingRecord {
   int moe_layers = 0;
   int experts = 0;
@@ -52,6 +58,15 @@ struct RoutingRecord {
 
   size_t steps() const { return tokens.size(); }
   void clear();
+};
+
+// Counts of the policy's logical decisions (what `kl` and `bench` report without a link).
+struct RoutingCounters {
+  int64_t tokens = 0;       // tokens routed (every MoE layer counted once per token)
+  int64_t layer_steps = 0;  // (token, MoE layer) steps
+  int64_t replaced = 0;     // router top-K experts replaced by the policy (|S \ exact|)
+  int64_t demand = 0;       // logical demand insertions
+  int64_t prefetch = 0;     // logical prefetch insertions
 };
 
 class Engine {
@@ -71,6 +86,11 @@ class Engine {
   int cache_slots() const { return slots_; }
   // The routing and scheduling step (decisions, scheduler accounting).
   schedule::OffloadStep& offload() { return *step_; }
+  const schedule::OffloadStep& offload() const { return *step_; }
+  // The link, slots and expert store (engine/offload.hpp).
+  const Offload& experts() const { return *offload_; }
+  // Logical routing counters since construction (every token, prompt included).
+  const RoutingCounters& counters() const { return counters_; }
 
   // Starts a new sequence: empty KV cache, every layer's cache back to its warm set.
   void reset();
@@ -102,8 +122,9 @@ class Engine {
   int context_ = 0;
   int pos_ = 0;
   std::unique_ptr<ComputeBackend> backend_;
-  std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<Offload> offload_;  // before step_: the scheduler uses its link
   std::unique_ptr<schedule::OffloadStep> step_;
+  RoutingCounters counters_;
   std::vector<int> moe_index_;       // [layers] -> MoE index or -1
   std::vector<int> next_moe_layer_;  // [layers] -> the next MoE layer after l, or -1
   std::vector<float> pre_cur_;       // [B][E] pre-gate scores of the current MoE layer

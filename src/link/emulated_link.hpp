@@ -1,7 +1,7 @@
 // A link that moves real bytes at a set speed: experts are copied from their host memory source
 // (ExpertPart::source, e.g. the mapped model file) into cache slots by a copy thread, and each
 // copy is reported complete only when the timing model's rule 4 says it would be
-// (docs/policy-spec.md "Timing model"): it starts at the later of its enqueue time and the end
+// (docs/policy-contract.md "Timing model"): it starts at the later of its enqueue time and the end
 // of the previous copy and takes latency + bytes / bandwidth. This emulates a PCIe link on a CPU
 // machine and lets a measured run be compared with the simulator event for event.
 #pragma once

@@ -1,6 +1,7 @@
-// The per-(token, layer) policy step of policy-spec.md ("The step", "Eviction priorities",
-// "Numerics"). Every arithmetic operation here is float32 in the spec's order; the library is
-// compiled with -ffp-contract=off so no FMA can change a bit.
+// The per-(token, layer) policy step of docs/policy-contract.md ("The per-(token, layer)
+// step", "Eviction priorities", "Numerics"). Every arithmetic operation here is float32 in
+// the contract's order; the library is compiled with -ffp-contract=off so no FMA can change a
+// bit.
 #include "policy/router.hpp"
 
 #include <algorithm>
@@ -205,7 +206,7 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
   SM_ASSERT(pregate.size() == static_cast<size_t>(spec_.experts));
   const int budget = config_.prefetch_budget;
   const bool speculative = config_.kind == PolicyKind::kSpec;
-  // n = 0 means no part 1 at all (policy-spec "Part 1"): nothing inserted and nothing protected,
+  // n = 0 means no part 1 at all (contract "Part 1"): nothing inserted and nothing protected,
   // so the step's B stays empty. Speculative execution still needs the ranking for S.
   if (budget == 0 && !speculative) return {};
   begin_layer_step(layer);

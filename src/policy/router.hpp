@@ -1,4 +1,4 @@
-// The logical expert cache and the per-(token, layer) policy step of policy-spec.md.
+// The logical expert cache and the per-(token, layer) policy step of docs/policy-contract.md.
 // One RequestRouter per request row: it owns the logical cache of every MoE layer. Routing reads
 // only this logical state (and, in the `physical` demonstration mode only, an "issued copies"
 // mask supplied by the scheduler). Nothing here allocates after construction.
@@ -153,7 +153,7 @@ void model_top_k(const RouterSpec& spec, std::span<const float> selection,
                  std::span<float> group_score, std::span<uint8_t> group_kept,
                  std::span<float> masked);
 
-// Execution weights of `selected` by the model's own rule (see policy-spec.md "Weights").
+// Execution weights of `selected` by the model's own rule (see docs/policy-contract.md "Weights").
 void execution_weights(const RouterSpec& spec, std::span<const float> weight_scores,
                        std::span<const int32_t> selected, std::span<float> out);
 

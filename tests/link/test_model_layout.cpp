@@ -22,9 +22,9 @@ namespace {
 namespace fs = std::filesystem;
 using link::testing::scratch;
 
+// The llama.cpp oracle committed in tests/data/oracle.
 fs::path oracle() {
-  if (const char* env = std::getenv("STEERMOE_ORACLE_DIR")) return env;
-  return fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+  return fs::path(STEERMOE_ORACLE_DIR);
 }
 
 bool same_matrix(const kernels::Matrix& a, const kernels::Matrix& b) {
