@@ -133,6 +133,32 @@ TEST_P(HfReference, GgufTwinIncrementalAndBatched) {
   expect_matches(ref, run(back, ref.tokens, false), ref.incremental, name + " gguf->hf decode");
 }
 
+// Offloaded experts (a logical cache of half the experts, copies over the disk and an emulated
+// link) change latency, never the output: the same logits bit for bit as all-resident experts
+// under the same policy, for the hybrid models too (their recurrent state is untouched by it).
+TEST_P(HfReference, OffloadedLinksGiveTheResidentOutput) {
+  const std::string name = GetParam();
+  const Reference ref = load_reference(name);
+  auto m = model::Model::load(kData / name);
+  auto decode_all = [&](const std::string& link) {
+    Engine e(*m, {.context = 32,
+                  .policy = "exact:evict=lru",
+                  .cache_slots = m->config().experts / 2,
+                  .link = link});
+    std::vector<float> out;
+    for (int32_t t : ref.tokens) {
+      const std::span<const float> l = e.decode(t);
+      out.insert(out.end(), l.begin(), l.end());
+    }
+    return out;
+  };
+  const std::vector<float> resident = decode_all("resident");
+  for (const std::string link : {"disk", "emulated:5,20"}) {
+    SCOPED_TRACE(link);
+    EXPECT_EQ(decode_all(link), resident);
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Models, HfReference,
                          testing::Values("qwen3moe_v5", "deepseek_v3_yarn", "olmoe_clip",
                                          "qwen3_next", "qwen3_5_moe"));
