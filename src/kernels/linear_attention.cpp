@@ -1,5 +1,6 @@
 #include "kernels/linear_attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace steermoe::kernels {
@@ -33,23 +34,40 @@ void l2norm(float* x, size_t n, float eps) {
 
 void delta_rule_step(float* state, const float* q, const float* k, const float* v, float g,
                      float beta, size_t dk, size_t dv, float* out) {
+  // Two passes over S, rows outermost so the inner loops run over contiguous value dims; every
+  // m[j] and out[j] is still summed over the key dim in ascending order.
   const float decay = std::exp(g);
-  for (size_t i = 0; i < dk * dv; ++i) state[i] *= decay;
-  // m = S^T k and d = (v - m) * beta, column by column (fixed order over the key dim).
-  for (size_t j = 0; j < dv; ++j) {
-    float m = 0.0f;
-    for (size_t i = 0; i < dk; ++i) m += state[i * dv + j] * k[i];
-    out[j] = (v[j] - m) * beta;  // out holds d until the last loop
-  }
+  float* m = out;  // out holds m, then d, then the result
+  for (size_t j = 0; j < dv; ++j) m[j] = 0.0f;
   for (size_t i = 0; i < dk; ++i) {
     float* row = state + i * dv;
     const float ki = k[i];
-    for (size_t j = 0; j < dv; ++j) row[j] += ki * out[j];
+    for (size_t j = 0; j < dv; ++j) {
+      row[j] *= decay;
+      m[j] += row[j] * ki;
+    }
   }
-  for (size_t j = 0; j < dv; ++j) {
-    float o = 0.0f;
-    for (size_t i = 0; i < dk; ++i) o += state[i * dv + j] * q[i];
-    out[j] = o;
+  for (size_t j = 0; j < dv; ++j) out[j] = (v[j] - m[j]) * beta;  // d
+  // S += k d^T and out = S^T q in one pass; d is copied first because out is overwritten.
+  constexpr size_t kChunk = 256;
+  float d[kChunk];
+  float acc[kChunk];
+  for (size_t j0 = 0; j0 < dv; j0 += kChunk) {
+    const size_t n = std::min(kChunk, dv - j0);
+    for (size_t j = 0; j < n; ++j) {
+      d[j] = out[j0 + j];
+      acc[j] = 0.0f;
+    }
+    for (size_t i = 0; i < dk; ++i) {
+      float* row = state + i * dv + j0;
+      const float ki = k[i];
+      const float qi = q[i];
+      for (size_t j = 0; j < n; ++j) {
+        row[j] += ki * d[j];
+        acc[j] += row[j] * qi;
+      }
+    }
+    for (size_t j = 0; j < n; ++j) out[j0 + j] = acc[j];
   }
 }
 
