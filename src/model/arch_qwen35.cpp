@@ -2,7 +2,8 @@
 // formats, bound into one canonical layout (LinearAttnWeights):
 //   HF Qwen3-Next   in_proj_qkvz / in_proj_ba fused, interleaved per key head -> rows gathered
 //   HF Qwen3.5      in_proj_qkv, in_proj_z, in_proj_b, in_proj_a            -> used in place
-//   GGUF qwen3next  attn_qkv, attn_gate (de-interleaved by llama.cpp), ssm_beta_alpha (fused)
+//   GGUF qwen3next  attn_qkv, attn_gate (de-interleaved by llama.cpp; older files: ssm_in, the
+//                   interleaved in_proj_qkvz), ssm_beta_alpha (fused)
 //   GGUF qwen35moe  attn_qkv, attn_gate, ssm_beta, ssm_alpha; value heads in tiled order
 // A_log is kept as -exp(A_log) (what GGUF's ssm_a stores).
 #include <cmath>
@@ -42,7 +43,13 @@ void bind_linear_attention(WeightBinder& b, const ModelConfig& c, int l, LinearA
   const auto K = static_cast<uint64_t>(a.conv_kernel);
   const bool next = c.family == Family::kQwen3Next;
   const std::string p = b.gguf() ? fmt::format("blk.{}.", l) : b.hf_layer(l) + "linear_attn.";
-  if (b.gguf()) {
+  if (b.gguf() && next && !b.has(p + "attn_qkv.weight") && b.has(p + "ssm_in.weight")) {
+    // Older llama.cpp qwen3next GGUFs keep HF's interleaved in_proj_qkvz as ssm_in.
+    const FusedRows rows = qwen3next_fused_rows(a);
+    const TensorView qkvz = b.require(p + "ssm_in.weight", {conv_dim + vd, H});
+    w.qkv = b.gather_rows(qkvz, rows.qkv, H);
+    w.z = b.gather_rows(qkvz, rows.z, H);
+  } else if (b.gguf()) {
     w.qkv = b.matrix(p + "attn_qkv.weight", conv_dim, H);
     w.z = b.matrix(p + "attn_gate.weight", vd, H);
   } else if (next) {
