@@ -85,7 +85,7 @@ CpuBackend::CpuBackend(const model::Model& model, const CpuBackendParams& params
   const size_t qk = static_cast<size_t>(cfg_.q_head_dim());
   const size_t vd = static_cast<size_t>(cfg_.v_dim());
   kv_ = KvCache(cfg_.layers, params.context, static_cast<size_t>(cfg_.kv_heads) * qk,
-                static_cast<size_t>(cfg_.kv_heads) * vd);
+                static_cast<size_t>(cfg_.kv_heads) * vd, cfg_.linear_layer);
   const auto B = static_cast<size_t>(params.max_batch);
   const auto H = static_cast<size_t>(cfg_.hidden);
   const auto E = static_cast<size_t>(cfg_.experts);
@@ -148,14 +148,18 @@ CpuBackend::CpuBackend(const model::Model& model, const CpuBackendParams& params
 
   // The attention kernel keeps per-thread scratch that grows with the number of positions; one
   // call over the whole (zeroed) cache sizes it for the full context now, so that decoding never
-  // allocates later.
+  // allocates later. (Hybrid models: the first layer that has a KV cache.)
   const kernels::AttentionParams ap{.n_heads = heads,
                                     .n_kv_heads = static_cast<size_t>(cfg_.kv_heads),
                                     .head_dim_k = qk,
                                     .head_dim_v = vd,
                                     .scale = cfg_.attention_scale()};
-  kernels::attention(pool_, s.q.data(), kv_.k(0, 0), kv_.v(0, 0),
-                     static_cast<size_t>(params.context), s.attn.data(), ap);
+  int first_attention = 0;
+  while (first_attention < cfg_.layers && cfg_.is_linear(first_attention)) ++first_attention;
+  if (first_attention < cfg_.layers) {
+    kernels::attention(pool_, s.q.data(), kv_.k(first_attention, 0), kv_.v(first_attention, 0),
+                       static_cast<size_t>(params.context), s.attn.data(), ap);
+  }
 }
 
 CpuBackend::~CpuBackend() = default;
