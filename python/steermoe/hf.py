@@ -1,0 +1,1 @@
+"""HF transformers harness (written next)."""
