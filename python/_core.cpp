@@ -230,6 +230,7 @@ py::array scores_view(const PyTrace& self, py::handle owner, int which) {
 
 PYBIND11_MODULE(_core, m) {
   m.doc() = "steermoe policy library and trace I/O (the engine's C++ code)";
+  m.attr("pybind11_version") = py::make_tuple(PYBIND11_VERSION_MAJOR, PYBIND11_VERSION_MINOR);
   py::register_exception<Error>(m, "Error", PyExc_ValueError);
 
   py::enum_<policy::ScoreMode>(m, "ScoreMode")

@@ -13,6 +13,17 @@ in and out. See python/README.md.
 """
 import json as _json
 
+import numpy as _np
+
+from . import _core
+
+# pybind11 before 2.12 (Debian bookworm has 2.10) reads numpy 1.x array descriptors: under
+# numpy 2 every array it returns would be silently wrong, so refuse to run instead.
+if int(_np.__version__.split(".")[0]) >= 2 and tuple(_core.pybind11_version) < (2, 12):
+    raise ImportError(f"steermoe was built with pybind11 {_core.pybind11_version[0]}."
+                      f"{_core.pybind11_version[1]}, which needs numpy < 2 (found numpy "
+                      f"{_np.__version__}); install numpy<2 or build with pybind11 >= 2.12")
+
 from ._core import (  # noqa: F401
     Calibration,
     Error,
