@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "eval/perplexity.hpp"
@@ -39,9 +40,7 @@ void add_perplexity_command(CLI::App& root) {
     int threads = 1;
     int max_windows = 0;
     bool bos = false;
-    std::string policy = "exact:evict=lru";
-    int cache = 0;
-    std::string calib;
+    EngineOptions engine;
     std::string scores;
   };
   auto o = std::make_shared<Options>();
@@ -56,28 +55,25 @@ void add_perplexity_command(CLI::App& root) {
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_flag("--bos", o->bos, "Start every window with the BOS token (not scored)");
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--policy", o->policy, "Routing policy string (policy/README.md)");
-  cmd->add_option("--cache", o->cache,
-                  "Logical expert-cache slots per MoE layer (0: all experts resident)")
-      ->check(CLI::Range(0, 4096));
-  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
+  add_engine_options(cmd, o->engine);
   cmd->add_option("--scores", o->scores,
                   "Also write per-window mean NLL as JSON lines {task: \"nll\", id: begin, score} "
                   "(input of `steermoe compare --scores`)");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
-    std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
     const int bos = o->bos ? tok.bos().value_or(-1) : -1;
     if (o->bos && bos < 0) fail(o->model, "bos", "--bos given but the tokenizer has no BOS token");
     if (ids.size() < 2) fail(o->file, "text", "expected at least 2 tokens, found {}", ids.size());
-    engine::Engine engine(*model, {.threads = o->threads,
-                                   .context = o->window,
-                                   .policy = o->policy,
-                                   .cache_slots = o->cache,
-                                   .calibration = calibration ? &*calibration : nullptr});
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                o->window));
     const eval::PerplexityResult r =
         eval::perplexity(engine, model->config().vocab, ids,
                          {.window = o->window, .max_windows = o->max_windows, .bos = bos});
@@ -103,8 +99,10 @@ void add_perplexity_command(CLI::App& root) {
                        {"text_tokens", ids.size()},
                        {"window", o->window},
                        {"bos", o->bos},
-                       {"policy", o->policy},
-                       {"cache", o->cache},
+                       {"policy", o->engine.policy},
+                       {"cache", cache},
+                       {"link", o->engine.link},
+                       {"calibration", calib_path},
                        {"windows", per_window.size()},
                        {"scored_tokens", scored},
                        {"nll", mean},
