@@ -14,6 +14,7 @@
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
+#include "engine/logprob.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "trace/calibration_file.hpp"
 
@@ -27,15 +28,6 @@ std::string read_text(const std::string& path) {
   std::ostringstream s;
   s << in.rdbuf();
   return s.str();
-}
-
-// -log softmax(logits)[target], in double.
-double nll(std::span<const float> logits, int32_t target) {
-  float max_logit = logits[0];
-  for (float v : logits) max_logit = std::max(max_logit, v);
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
-  return std::log(sum) + max_logit - logits[static_cast<size_t>(target)];
 }
 
 }  // namespace
@@ -105,7 +97,7 @@ void add_perplexity_command(CLI::App& root) {
       double window_nll = 0.0;
       // Position i predicts window[i + 1]; a BOS is never a target.
       for (size_t i = 0; i + 1 < window.size(); ++i) {
-        window_nll += nll(out.subspan(i * V, V), window[i + 1]);
+        window_nll += engine::token_nll(out.subspan(i * V, V), window[i + 1]);
       }
       const auto n = static_cast<int64_t>(window.size() - 1);
       total_nll += window_nll;

@@ -1,0 +1,119 @@
+// `steermoe serve`: the OpenAI-compatible HTTP server (src/server/). This file only maps flags.
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "server/http_server.hpp"
+#include "tokenizer/tokenizer.hpp"
+#include "trace/calibration_file.hpp"
+
+namespace steermoe::cli {
+
+namespace {
+
+server::HttpServer* g_server = nullptr;
+
+void on_signal(int) {
+  if (g_server != nullptr) g_server->stop();
+}
+
+std::string read_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, flag, "expected a readable file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    server::ServerOptions server;
+    std::string calib;
+    std::string chat_template_file;
+    std::string name;
+    size_t max_body_mb = 8;
+    std::string link;
+  };
+  auto o = std::make_shared<Options>();
+  server::ServerOptions& s = o->server;
+  engine::EngineParams& e = s.worker.engine;
+  CLI::App* cmd = root.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("--host", s.host, "Address to bind (loopback by default)");
+  cmd->add_option("--port", s.port, "Port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", s.api_key,
+                  "Require 'Authorization: Bearer KEY' on every endpoint but /health");
+  cmd->add_option("-t,--threads", e.threads, "Engine threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size", e.context, "KV cache positions (0: min(trained context, 4096))")
+      ->check(CLI::Range(0, 1 << 22));
+  cmd->add_option("--policy", e.policy, "Default routing policy string (policy/README.md)");
+  cmd->add_option("--cache,--residency", e.cache_slots,
+                  "Default logical expert-cache slots per MoE layer (0: all experts resident)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
+  cmd->add_option("--queue", s.worker.queue_capacity,
+                  "Requests that may wait for the engine; more get 503 + Retry-After")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-body-mb", o->max_body_mb, "Largest request body in MiB (larger: 413)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--timeout", s.read_timeout_s,
+                  "Seconds a client may stay silent mid-request (read and write timeout)")
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--http-threads", s.http_threads, "Connection threads (0: queue + 8)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template file (overrides the model's)");
+  cmd->add_option("--name", o->name, "Model name reported by /v1/models (default: folder name)");
+  cmd->add_flag("--quiet", s.quiet, "No request log on stderr");
+  cmd->add_option("--link", o->link,
+                  "Expert link backend (none yet: the CPU engine's expert cache is logical)");
+  cmd->final_callback([o] {
+    server::ServerOptions& s = o->server;
+    if (!o->link.empty()) {
+      fail("serve", "--link",
+           "expected no link backend yet (the CPU engine keeps every expert in "
+           "RAM; its cache is logical), found '{}'",
+           o->link);
+    }
+    auto model = model::Model::load(o->model);
+    std::optional<policy::Calibration> calibration;
+    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
+    s.worker.engine.calibration = calibration ? &*calibration : nullptr;
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    s.write_timeout_s = s.read_timeout_s;
+    s.max_body_bytes = o->max_body_mb << 20;
+    s.chat_template = o->chat_template_file.empty()
+                          ? tok.vocabulary().chat_template
+                          : read_file(o->chat_template_file, "--chat-template");
+    s.model_name = !o->name.empty() ? o->name : std::filesystem::path(o->model).filename().string();
+    if (s.model_name.empty())
+      s.model_name = std::filesystem::path(o->model).parent_path().filename().string();
+    server::HttpServer srv(*model, tok, s);
+    const int port = srv.bind();
+    std::fprintf(stderr, "steermoe serve: http://%s:%d (model %s, policy %s, cache %d)\n",
+                 s.host.c_str(), port, s.model_name.c_str(), s.worker.engine.policy.c_str(),
+                 s.worker.engine.cache_slots);
+    std::fprintf(stdout, "listening on port %d\n", port);
+    std::fflush(stdout);
+    g_server = &srv;
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    srv.serve();
+    g_server = nullptr;
+  });
+}
+
+}  // namespace steermoe::cli
