@@ -81,7 +81,7 @@ void add_serve_command(CLI::App& root) {
   cmd->add_option("--link", o->link,
                   "Expert link backend (none yet: the CPU engine's expert cache is logical)");
   cmd->final_callback([o] {
-    server::ServerOptions& s = o->server;
+    server::ServerOptions& so = o->server;
     if (!o->link.empty()) {
       fail("serve", "--link",
            "expected no link backend yet (the CPU engine keeps every expert in "
@@ -91,21 +91,22 @@ void add_serve_command(CLI::App& root) {
     auto model = model::Model::load(o->model);
     std::optional<policy::Calibration> calibration;
     if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
-    s.worker.engine.calibration = calibration ? &*calibration : nullptr;
+    so.worker.engine.calibration = calibration ? &*calibration : nullptr;
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
-    s.write_timeout_s = s.read_timeout_s;
-    s.max_body_bytes = o->max_body_mb << 20;
-    s.chat_template = o->chat_template_file.empty()
-                          ? tok.vocabulary().chat_template
-                          : read_file(o->chat_template_file, "--chat-template");
-    s.model_name = !o->name.empty() ? o->name : std::filesystem::path(o->model).filename().string();
-    if (s.model_name.empty())
-      s.model_name = std::filesystem::path(o->model).parent_path().filename().string();
-    server::HttpServer srv(*model, tok, s);
+    so.write_timeout_s = so.read_timeout_s;
+    so.max_body_bytes = o->max_body_mb << 20;
+    so.chat_template = o->chat_template_file.empty()
+                           ? tok.vocabulary().chat_template
+                           : read_file(o->chat_template_file, "--chat-template");
+    so.model_name =
+        !o->name.empty() ? o->name : std::filesystem::path(o->model).filename().string();
+    if (so.model_name.empty())
+      so.model_name = std::filesystem::path(o->model).parent_path().filename().string();
+    server::HttpServer srv(*model, tok, so);
     const int port = srv.bind();
     std::fprintf(stderr, "steermoe serve: http://%s:%d (model %s, policy %s, cache %d)\n",
-                 s.host.c_str(), port, s.model_name.c_str(), s.worker.engine.policy.c_str(),
-                 s.worker.engine.cache_slots);
+                 so.host.c_str(), port, so.model_name.c_str(), so.worker.engine.policy.c_str(),
+                 so.worker.engine.cache_slots);
     std::fprintf(stdout, "listening on port %d\n", port);
     std::fflush(stdout);
     g_server = &srv;

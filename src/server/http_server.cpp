@@ -139,17 +139,20 @@ struct HttpServer::Impl {
     metrics.prompt_us += static_cast<int64_t>(job.prompt_ms * 1e3);
     metrics.copies_demand += job.copies.demand;
     metrics.copies_prefetch += job.copies.prefetch;
-    if (job.finish_reason == "cancelled") metrics.cancelled++;
   }
 
-  static void cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
-    for (const auto& j : jobs) j->cancelled = true;
+  void cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
+    bool first = true;
+    for (const auto& j : jobs) {
+      if (j->cancelled.exchange(true)) first = false;
+    }
+    if (first) metrics.cancelled++;
   }
 
   // Waits for `pred` on the job; false if the client went away (the jobs are cancelled).
   template <typename Pred>
-  static bool wait(Job& job, std::unique_lock<std::mutex>& lock, httplib::DataSink& sink,
-                   const std::vector<std::shared_ptr<Job>>& jobs, Pred pred) {
+  bool wait(Job& job, std::unique_lock<std::mutex>& lock, httplib::DataSink& sink,
+            const std::vector<std::shared_ptr<Job>>& jobs, Pred pred) {
     while (!pred()) {
       if (job.changed.wait_for(lock, std::chrono::milliseconds(50), pred)) break;
       lock.unlock();
