@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Load test of `steermoe serve`: N concurrent clients for S seconds (default 8 clients, 60 s)
 against the shipped model on loopback; half the requests stream. Prints JSON: requests/s,
-completed, 503s, malformed, p50/p99 latency of completed requests, and the server's RSS
-before and after. Standard library only.
+completed, 503s, malformed, p50/p99 latency of completed requests, and the server's RSS at
+start, after 5 s (warm) and at the end. Standard library only.
 
   python3 bench/server/load.py [--steermoe build/steermoe] [--clients 8] [--seconds 60]
 """
@@ -85,6 +85,8 @@ def main():
     t0 = time.time()
     for t in threads:
         t.start()
+    time.sleep(min(5.0, a.seconds / 2))
+    rss_warm = rss_kb(srv.pid)  # after every engine buffer has been touched once
     for t in threads:
         t.join()
     wall = time.time() - t0
@@ -100,7 +102,8 @@ def main():
                       "completed": stats["completed"], "busy_503": stats["busy_503"],
                       "malformed": stats["malformed"], "connection_errors": stats["errors"],
                       "latency_ms_p50": round(pct(0.5), 1), "latency_ms_p99": round(pct(0.99), 1),
-                      "rss_kb_before": rss_before, "rss_kb_after": rss_after}, indent=1))
+                      "rss_kb_at_start": rss_before, "rss_kb_after_5s": rss_warm,
+                      "rss_kb_at_end": rss_after}, indent=1))
     sys.exit(1 if stats["malformed"] or stats["errors"] else 0)
 
 

@@ -38,6 +38,9 @@ def main():
         s = json.loads(line)
         for (ctx, cont), resp in zip(pairs_of(s), s["resps"]):
             ll, greedy = resp[0]
+            # lm-eval logs them as str(float) / str(bool); repr round-trips a double exactly.
+            ll = float(ll)
+            greedy = greedy if isinstance(greedy, bool) else greedy == "True"
             requests.append({"context": ctx, "continuation": cont})
             logged.append((ll, greedy))
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:

@@ -14,7 +14,7 @@ MODEL=$ROOT/models/steer-olmoe-tiny
 N=${N:-40}
 if [ ! -x "$VENV/bin/lm_eval" ]; then
   python3 -m venv "$VENV"
-  "$VENV/bin/pip" install -q "lm-eval==0.4.13" openai
+  "$VENV/bin/pip" install -q "lm-eval[api]==0.4.13" openai
 fi
 python3 "$ROOT/tools/lm_eval/make_tasks.py" "$OUT/tasks" --n "$N"
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
