@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
 #include "engine/sampler.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
 
@@ -29,9 +29,7 @@ void add_score_command(CLI::App& root) {
     std::string requests;
     int threads = 1;
     int context = 0;
-    std::string policy = "exact:evict=lru";
-    int cache = 0;
-    std::string calib;
+    EngineOptions engine;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -44,21 +42,18 @@ void add_score_command(CLI::App& root) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
       ->check(CLI::Range(0, 1 << 22));
-  cmd->add_option("--policy", o->policy, "Routing policy string (policy/README.md)");
-  cmd->add_option("--cache", o->cache,
-                  "Logical expert-cache slots per MoE layer (0: all experts resident)")
-      ->check(CLI::Range(0, 4096));
-  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
+  add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
-    std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
-    engine::Engine engine(*model, {.threads = o->threads,
-                                   .context = o->context,
-                                   .policy = o->policy,
-                                   .cache_slots = o->cache,
-                                   .calibration = calibration ? &*calibration : nullptr});
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                o->context));
     std::ifstream in(o->requests);
     if (!in) fail(o->requests, "open", "expected a readable JSON-lines file");
     const auto V = static_cast<size_t>(model->config().vocab);

@@ -9,10 +9,10 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "server/http_server.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
 
@@ -38,15 +38,15 @@ void add_serve_command(CLI::App& root) {
   struct Options {
     std::string model;
     server::ServerOptions server;
-    std::string calib;
+    EngineOptions engine;
+    int threads = 1;
+    int context = 0;
     std::string chat_template_file;
     std::string name;
     size_t max_body_mb = 8;
-    std::string link;
   };
   auto o = std::make_shared<Options>();
   server::ServerOptions& s = o->server;
-  engine::EngineParams& e = s.worker.engine;
   CLI::App* cmd = root.add_subcommand(
       "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
   cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
@@ -56,14 +56,10 @@ void add_serve_command(CLI::App& root) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", s.api_key,
                   "Require 'Authorization: Bearer KEY' on every endpoint but /health");
-  cmd->add_option("-t,--threads", e.threads, "Engine threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("-c,--ctx-size", e.context, "KV cache positions (0: min(trained context, 4096))")
+  cmd->add_option("-t,--threads", o->threads, "Engine threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
       ->check(CLI::Range(0, 1 << 22));
-  cmd->add_option("--policy", e.policy, "Default routing policy string (policy/README.md)");
-  cmd->add_option("--cache,--residency", e.cache_slots,
-                  "Default logical expert-cache slots per MoE layer (0: all experts resident)")
-      ->check(CLI::Range(0, 4096));
-  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
+  add_engine_options(cmd, o->engine);  // the default policy; a request may pick its own
   cmd->add_option("--queue", s.worker.queue_capacity,
                   "Requests that may wait for the engine; more get 503 + Retry-After")
       ->check(CLI::Range(1, 4096));
@@ -78,20 +74,17 @@ void add_serve_command(CLI::App& root) {
                   "Jinja chat template file (overrides the model's)");
   cmd->add_option("--name", o->name, "Model name reported by /v1/models (default: folder name)");
   cmd->add_flag("--quiet", s.quiet, "No request log on stderr");
-  cmd->add_option("--link", o->link,
-                  "Expert link backend (none yet: the CPU engine's expert cache is logical)");
   cmd->final_callback([o] {
     server::ServerOptions& so = o->server;
-    if (!o->link.empty()) {
-      fail("serve", "--link",
-           "expected no link backend yet (the CPU engine keeps every expert in "
-           "RAM; its cache is logical), found '{}'",
-           o->link);
-    }
     auto model = model::Model::load(o->model);
-    std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
-    so.worker.engine.calibration = calibration ? &*calibration : nullptr;
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    // Per-request policies use the same calibration (the model's calib.smcal by default).
+    so.worker.engine = engine_params(o->engine, o->engine.policy, cache,
+                                     calibration ? &*calibration : nullptr, o->threads, o->context);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     so.write_timeout_s = so.read_timeout_s;
     so.max_body_bytes = o->max_body_mb << 20;

@@ -35,9 +35,8 @@ struct ScoredToken {
   std::vector<std::pair<int32_t, double>> top;  // most likely first (+ the token itself)
 };
 
-// The copies a request caused, by kind. The CPU engine keeps every expert in RAM (a logical
-// cache), so these stay 0 until the offloading backend reports them: fill them in
-// `read_copy_counters` (generation.cpp), the one place that asks the engine.
+// The expert copies a request caused, by kind: the engine's logical insertions (demand loads
+// and prefetches) during the request, which are the copies its link makes (engine counters()).
 struct CopyCounters {
   int64_t demand = 0;
   int64_t prefetch = 0;

@@ -389,7 +389,6 @@ json steermoe_report(const Job& job) {
   return {{"policy", job.policy_used},
           {"cache", job.cache_used},
           {"copies", {{"demand", job.copies.demand}, {"prefetch", job.copies.prefetch}}},
-          {"copies_note", "logical expert cache: the CPU engine makes no physical copies yet"},
           {"queue_ms", job.queue_ms},
           {"prompt_ms", job.prompt_ms},
           {"decode_ms", job.decode_ms},

@@ -6,23 +6,10 @@
 
 namespace steermoe::server {
 
-namespace {
-
-// The router facts policy::validate needs, from the model config (experts, K, window).
-policy::RouterSpec spec_of(const model::ModelConfig& c) {
-  policy::RouterSpec s;
-  s.experts = c.experts;
-  s.top_k = c.top_k;
-  s.layers = c.moe_layer_count();
-  s.default_window = c.family == model::Family::kDeepseekV3 ? 4 : 8;
-  return s;
-}
-
-}  // namespace
 
 Worker::Worker(const model::Model& model, const tokenizer::Tokenizer& tok,
                const WorkerOptions& options)
-    : model_(model), tok_(tok), options_(options), spec_(spec_of(model.config())) {
+    : model_(model), tok_(tok), options_(options), spec_(engine::router_spec(model.config())) {
   default_policy_ = check_policy(options_.engine.policy, options_.engine.cache_slots);
   default_engine_ = std::make_unique<engine::Engine>(model_, options_.engine);
   context_ = default_engine_->context();
