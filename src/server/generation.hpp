@@ -35,8 +35,9 @@ struct ScoredToken {
   std::vector<std::pair<int32_t, double>> top;  // most likely first (+ the token itself)
 };
 
-// The expert copies a request caused, by kind: the engine's logical insertions (demand loads
-// and prefetches) during the request, which are the copies its link makes (engine counters()).
+// The expert copies a request caused, by kind (demand loads, prefetches): from the link's
+// transfer scheduler when the engine has one, else the engine's logical counters (0 with every
+// expert resident).
 struct CopyCounters {
   int64_t demand = 0;
   int64_t prefetch = 0;

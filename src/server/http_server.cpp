@@ -493,8 +493,8 @@ struct HttpServer::Impl {
                                             static_cast<double>(dt)
                                       : 0.0));
     out +=
-        "# HELP steermoe_copies_total Expert copies by kind (logical cache: 0 on the CPU "
-        "engine).\n";
+        "# HELP steermoe_copies_total Expert copies by kind (from the link; 0 with every expert "
+        "resident).\n";
     out += "# TYPE steermoe_copies_total counter\n";
     out +=
         fmt::format("steermoe_copies_total{{kind=\"demand\"}} {}\n", metrics.copies_demand.load());

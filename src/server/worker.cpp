@@ -6,7 +6,6 @@
 
 namespace steermoe::server {
 
-
 Worker::Worker(const model::Model& model, const tokenizer::Tokenizer& tok,
                const WorkerOptions& options)
     : model_(model), tok_(tok), options_(options), spec_(engine::router_spec(model.config())) {

@@ -273,6 +273,33 @@ TEST(Server, PerRequestPolicyIsUsedAndReported) {
   EXPECT_EQ(bad["error"]["param"], "steermoe");
 }
 
+TEST(Server, CopiesComeFromTheLink) {
+  // With a simulated link the engine makes copies, and each response reports its own.
+  ServerOptions o;
+  o.worker.engine.link = "sim:rtx4090-olmoe";
+  o.worker.engine.policy = "exact:evict=lru";
+  o.worker.engine.cache_slots = 32;
+  Running r(o);
+  int status = 0;
+  json res = post(r, "/v1/completions",
+                  {{"prompt", "import os\n"}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  EXPECT_GT(res["steermoe"]["copies"]["demand"].get<int64_t>(), 0) << dump(res["steermoe"]);
+  EXPECT_EQ(res["steermoe"]["copies"]["prefetch"], 0);  // exact LRU never prefetches
+  res = post(r, "/v1/completions",
+             {{"prompt", "import os\n"},
+              {"max_tokens", 8},
+              {"temperature", 0},
+              {"steermoe", {{"policy", "psr:lambda=0.3,n=1"}}}},
+             &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  EXPECT_GT(res["steermoe"]["copies"]["prefetch"].get<int64_t>(), 0) << dump(res["steermoe"]);
+  // Resident (the default): nothing is copied.
+  Running resident;
+  res = post(resident, "/v1/completions", {{"prompt", "import os\n"}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(res["steermoe"]["copies"]["demand"], 0);
+}
+
 std::string stream_text(const Running& r, const std::string& path, json body,
                         std::vector<json>* events = nullptr) {
   body["stream"] = true;
