@@ -1,4 +1,6 @@
 // `steermoe serve`: the OpenAI-compatible HTTP server (src/server/). This file only maps flags.
+#include <atomic>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -7,6 +9,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
@@ -18,10 +21,11 @@ namespace steermoe::cli {
 
 namespace {
 
-server::HttpServer* g_server = nullptr;
+// SIGINT/SIGTERM only set a flag (async-signal-safe); a watcher thread stops the server.
+volatile std::sig_atomic_t g_stop = 0;
 
 void on_signal(int) {
-  if (g_server != nullptr) g_server->stop();
+  g_stop = 1;
 }
 
 std::string read_file(const std::string& path, const char* flag) {
@@ -81,7 +85,8 @@ void add_serve_command(CLI::App& root) {
     const std::string calib_path = calibration_path(o->engine, o->model);
     const std::optional<policy::Calibration> calibration =
         load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(),
+                        o->model);
     // Per-request policies use the same calibration (the model's calib.smcal by default).
     so.worker.engine = engine_params(o->engine, o->engine.policy, cache,
                                      calibration ? &*calibration : nullptr, o->threads, o->context);
@@ -102,11 +107,17 @@ void add_serve_command(CLI::App& root) {
                  so.worker.engine.cache_slots);
     std::fprintf(stdout, "listening on port %d\n", port);
     std::fflush(stdout);
-    g_server = &srv;
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
+    std::atomic<bool> served{false};
+    std::thread watcher([&] {
+      while (!served.load() && g_stop == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (g_stop != 0) srv.stop();
+    });
     srv.serve();
-    g_server = nullptr;
+    served = true;
+    watcher.join();
   });
 }
 
