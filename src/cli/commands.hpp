@@ -22,6 +22,8 @@ void add_make_model_command(CLI::App& root);
 void add_perplexity_command(CLI::App& root);
 void add_replay_command(CLI::App& root);
 void add_run_command(CLI::App& root);
+void add_score_command(CLI::App& root);
+void add_serve_command(CLI::App& root);
 void add_sim_command(CLI::App& root);
 void add_sweep_command(CLI::App& root);
 void add_tokenize_command(CLI::App& root);
