@@ -113,6 +113,7 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
     {
       std::lock_guard lock(job.mu);
       job.prompt_ms = ms_since(t_start);
+      job.prompt_done = true;
     }
     job.changed.notify_all();
 

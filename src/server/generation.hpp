@@ -57,6 +57,7 @@ struct Job {
   std::mutex mu;
   std::condition_variable changed;
   bool started = false;
+  bool prompt_done = false;  // prompt processed (and scored, with echo + logprobs)
   bool done = false;
   std::string error;                       // non-empty: the request failed (done is set too)
   std::vector<ScoredToken> prompt_tokens;  // echo + logprobs: one per prompt token

@@ -234,7 +234,9 @@ struct HttpServer::Impl {
             std::unique_lock lock(job.mu);
             auto progress = [&] {
               return job.done || job.safe_bytes > s.bytes || job.safe_tokens > s.tokens ||
-                     (job.started && !s.opened);
+                     // The opening chunk carries the echoed prompt's logprobs: only once
+                     // the prompt has been scored.
+                     (job.prompt_done && !s.opened);
             };
             if (!wait(job, lock, sink, jobs, progress)) return false;
             if (!job.error.empty()) {
