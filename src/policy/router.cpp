@@ -292,7 +292,7 @@ void RequestRouter::bonused_top_k_plain(const LayerCache& c, std::span<const flo
     }
   } else {
     for (int e = 0; e < e_count; ++e) {
-      biased[e] = z[e] + ((slot_of[e] >= 0) | (topj[e] != 0) ? bonus : 0.0f);
+      biased[e] = z[e] + (((slot_of[e] >= 0) | (topj[e] != 0)) ? bonus : 0.0f);
     }
   }
   if (j > 0) {
