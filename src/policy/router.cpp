@@ -41,7 +41,10 @@ LayerCache::LayerCache(int experts, int slots)
       last_use_(experts, 0),
       priority_(experts, 0.0f),
       priority_lru_(experts, 0),
-      protected_(experts, 0) {}
+      protected_(experts, 0),
+      key_protected_(slots, 0.0f),
+      key_selected_(slots, 0.0f),
+      slot_expert_(slots, 0.0f) {}
 
 void LayerCache::reset(std::span<const int32_t> warm_order) {
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
@@ -172,6 +175,16 @@ void RequestRouter::begin_layer_step(int layer) {
         c.priority_[entry.expert] = (c.fast_[entry.expert] + c.slow_[entry.expert]) + p;
       }
     }
+    if (fast_argmin()) {
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      for (int slot = 0; slot < c.slots(); ++slot) {
+        const int e = c.expert_in_slot_[slot];
+        const float key = e >= 0 ? c.priority_[e] : kInf;
+        c.key_protected_[slot] = key;
+        c.key_selected_[slot] = key;
+        c.slot_expert_[slot] = static_cast<float>(e);
+      }
+    }
   } else {
     for (int e = 0; e < e_count; ++e) c.priority_lru_[e] = c.last_use_[e];
   }
@@ -199,6 +212,26 @@ int RequestRouter::argmin_priority(const LayerCache& c, bool skip_selected,
     if (lower) best = e;
   }
   return best;
+}
+
+// argmin_priority for the A priority over the per-slot keys: the minimum key (A priorities are
+// finite: two EMAs in [0, 1] plus a frequency in [0, 1]), then the lowest expert id among the
+// slots holding it; -1 when every key is +inf (all excluded). Plain loops of min and compare
+// that the compiler vectorises (no data-dependent branch).
+int RequestRouter::argmin_slot_keys(const LayerCache& c, const std::vector<float>& key) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const int n = c.slots();
+  const float* k = key.data();
+  const float* id = c.slot_expert_.data();
+  float lo = kInf;
+  for (int s = 0; s < n; ++s) lo = k[s] < lo ? k[s] : lo;
+  if (!(lo < kInf)) return -1;
+  float best = kInf;
+  for (int s = 0; s < n; ++s) {
+    const float cand = k[s] == lo ? id[s] : kInf;
+    best = cand < best ? cand : best;
+  }
+  return static_cast<int>(best);
 }
 
 // Inserts `expert`, evicting `victim` (or taking the lowest free slot when victim < 0).
@@ -242,16 +275,23 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
     const int e = g[i];
     if (c.resident(e)) {
       c.protected_[e] = 1;
+      if (fast_argmin()) c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
       continue;
     }
     if (inserted >= budget) continue;
     int victim = -1;
     if (c.size_ == c.slots()) {
-      victim = argmin_priority(c, /*skip_selected=*/false, /*skip_protected=*/true);
+      victim = fast_argmin() ? argmin_slot_keys(c, c.key_protected_)
+                             : argmin_priority(c, /*skip_selected=*/false, /*skip_protected=*/true);
       if (victim < 0) break;  // [decided] window wider than the cache: stop part 1
     }
     const int slot = insert(c, e, victim, layer_step_[layer], d);
     c.protected_[e] = 1;
+    if (fast_argmin()) {
+      c.key_protected_[slot] = std::numeric_limits<float>::infinity();
+      c.key_selected_[slot] = c.priority_[e];
+      c.slot_expert_[slot] = static_cast<float>(e);
+    }
     d.prefetch.push_back(Copy{e, slot});
     ++inserted;
   }
@@ -425,17 +465,38 @@ const Decision& RequestRouter::select(int layer, std::span<const float> z,
   for (int i = 0; i < k; ++i) d.exact.push_back(exact_[i]);
   sort_small(d.exact.data(), k);
   for (int e : d.selected) in_selected_[e] = 1;
+  const bool fast = fast_argmin();
+  if (fast) {
+    for (int e : d.selected) {
+      if (c.resident(e)) {
+        c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
+        c.key_selected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
+      }
+    }
+  }
 
   // Demand insertions for S \ R in increasing index order.
   for (int e : d.selected) {
     if (c.resident(e)) continue;
     int victim = -1;
     if (c.size_ == c.slots()) {
-      victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/true);
-      if (victim < 0) victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/false);
+      if (fast) {
+        victim = argmin_slot_keys(c, c.key_protected_);
+        if (victim < 0) victim = argmin_slot_keys(c, c.key_selected_);
+      } else {
+        victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/true);
+        if (victim < 0) {
+          victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/false);
+        }
+      }
       SM_ASSERT(victim >= 0);  // C >= K guarantees a non-selected resident exists
     }
     const int slot = insert(c, e, victim, layer_step_[layer], d);
+    if (fast) {
+      c.key_protected_[slot] = std::numeric_limits<float>::infinity();
+      c.key_selected_[slot] = std::numeric_limits<float>::infinity();
+      c.slot_expert_[slot] = static_cast<float>(e);
+    }
     d.demand.push_back(Copy{e, slot});
   }
   for (int e : d.selected) {

@@ -66,6 +66,10 @@ class LayerCache {
   float range_sum_ = 0.0f;             // running range: sum of (max z - min z)
   int64_t range_count_ = 0;
   int64_t step_started_ = 0;  // step whose priorities are in priority_ (0 = none)
+  // Victim keys per slot for the A priority in the current step (vector argmin): the priority of
+  // the slot's expert, +inf where excluded (empty; protected or selected in key_protected_,
+  // selected in key_selected_); expert ids as floats for the tie to the lower id.
+  std::vector<float> key_protected_, key_selected_, slot_expert_;
 };
 
 class RequestRouter {
@@ -122,6 +126,8 @@ class RequestRouter {
                            std::span<const uint8_t> issued, float bonus);
   int insert(LayerCache& cache, int expert, int victim, int64_t step, Decision& d);
   int argmin_priority(const LayerCache& cache, bool skip_selected, bool skip_protected) const;
+  static int argmin_slot_keys(const LayerCache& cache, const std::vector<float>& key);
+  bool fast_argmin() const { return config_.evict == Evict::kA && path_ != TopKPath::kReference; }
 
   RouterSpec spec_;
   PolicyConfig config_;
