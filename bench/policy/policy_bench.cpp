@@ -1,7 +1,8 @@
 // One full policy step per layer (part 1 for the next layer + part 2 + statistics update) at the
 // three model shapes of the foundation issue and 50% / 25% residency, on synthetic scores with
 // temporal locality and cross-layer predictability. Goal: <= 0.5 us per layer for 64 experts and
-// <= 1.5 us for 256 on one core. Run with --benchmark_format=json.
+// <= 1.5 us for 256 on one core. Run with --benchmark_format=json. Every case runs once per
+// top-k path the CPU has (/avx512, /avx2, /sse2) and once as the scalar reference step (/ref).
 #include <benchmark/benchmark.h>
 
 #include <random>
