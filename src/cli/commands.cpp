@@ -16,6 +16,7 @@ void add_all_commands(CLI::App& root) {
   add_replay_command(root);
   add_run_command(root);
   add_sim_command(root);
+  add_sweep_command(root);
   add_tokenize_command(root);
   add_trace_command(root);
   add_trace_synth_command(root);

@@ -23,6 +23,7 @@ void add_perplexity_command(CLI::App& root);
 void add_replay_command(CLI::App& root);
 void add_run_command(CLI::App& root);
 void add_sim_command(CLI::App& root);
+void add_sweep_command(CLI::App& root);
 void add_tokenize_command(CLI::App& root);
 void add_trace_command(CLI::App& root);
 void add_trace_synth_command(CLI::App& root);
