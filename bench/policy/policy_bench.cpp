@@ -1,7 +1,8 @@
 // One full policy step per layer (part 1 for the next layer + part 2 + statistics update) at the
 // three model shapes of the foundation issue and 50% / 25% residency, on synthetic scores with
 // temporal locality and cross-layer predictability. Goal: <= 0.5 us per layer for 64 experts and
-// <= 1.5 us for 256 on one core. Run with --benchmark_format=json.
+// <= 1.5 us for 256 on one core. Run with --benchmark_format=json. Every case runs once per
+// top-k path the CPU has (/avx512, /avx2, /sse2) and once as the scalar reference step (/ref).
 #include <benchmark/benchmark.h>
 
 #include <random>
@@ -57,8 +58,23 @@ Scores make_scores(const Shape& s, int steps, uint32_t seed) {
   return out;
 }
 
+struct Isa {
+  const char* name;
+  TopKPath path;
+};
+
+// The ISA of the whole step is forced through the router's top-k path, so AVX2 figures can be
+// measured on an AVX-512 machine side by side with the AVX-512 ones ("ref": the scalar
+// reference step, three plain selections).
+constexpr Isa kIsas[] = {
+    {"avx512", TopKPath::kAvx512},
+    {"avx2", TopKPath::kAvx2},
+    {"sse2", TopKPath::kSse2},
+    {"ref", TopKPath::kReference},
+};
+
 void BM_PolicyStep(benchmark::State& state, Shape shape, const char* policy, int residency_pct,
-                   bool with_weights) {
+                   bool with_weights, Isa isa) {
   RouterSpec spec{.experts = shape.experts,
                   .top_k = shape.top_k,
                   .layers = shape.layers,
@@ -82,6 +98,7 @@ void BM_PolicyStep(benchmark::State& state, Shape shape, const char* policy, int
   const int cache = shape.experts * residency_pct / 100;
   RequestRouter router(spec, parse_policy(policy), calib, cache);
   router.set_compute_weights(with_weights);
+  router.set_top_k_path(isa.path);
   int t = 0;
   int64_t layer_steps = 0;
   for (auto _ : state) {
@@ -111,7 +128,7 @@ void BM_PolicyStep(benchmark::State& state, Shape shape, const char* policy, int
       static_cast<double>(layer_steps), benchmark::Counter::kIsRate | benchmark::Counter::kInvert);
   state.SetItemsProcessed(layer_steps);
   state.SetLabel(std::string(shape.name) + " " + policy + " residency " +
-                 std::to_string(residency_pct) + "%");
+                 std::to_string(residency_pct) + "% " + isa.name);
 }
 
 void register_all() {
@@ -119,11 +136,14 @@ void register_all() {
     for (int pct : {50, 25}) {
       for (const char* policy :
            {"psr:lambda=0.3,n=1", "exact:evict=lru", "cacheprior:lambda=0.2"}) {
-        const std::string name =
-            std::string("PolicyStep/") + shape.name + "/" + policy + "/" + std::to_string(pct);
-        benchmark::RegisterBenchmark(name.c_str(), BM_PolicyStep, shape, policy, pct, false);
-        benchmark::RegisterBenchmark((name + "/WithWeights").c_str(), BM_PolicyStep, shape, policy,
-                                     pct, true);
+        for (const Isa& isa : kIsas) {
+          if (!top_k_path_supported(isa.path)) continue;  // not run rather than run as another
+          const std::string name = std::string("PolicyStep/") + shape.name + "/" + policy + "/" +
+                                   std::to_string(pct) + "/" + isa.name;
+          benchmark::RegisterBenchmark(name.c_str(), BM_PolicyStep, shape, policy, pct, false, isa);
+          benchmark::RegisterBenchmark((name + "/WithWeights").c_str(), BM_PolicyStep, shape,
+                                       policy, pct, true, isa);
+        }
       }
     }
   }

@@ -5,12 +5,26 @@
 #include "policy/router.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "common/error.hpp"
 
 namespace steermoe::policy {
 namespace {
+
+// Ascending sort of a few ids (K <= a few dozen): insertion sort, no library call.
+void sort_small(int32_t* v, int n) {
+  for (int i = 1; i < n; ++i) {
+    const int32_t x = v[i];
+    int p = i;
+    while (p > 0 && v[p - 1] > x) {
+      v[p] = v[p - 1];
+      --p;
+    }
+    v[p] = x;
+  }
+}
 
 constexpr float kFastDecay = 0.5f;
 constexpr float kFastGain = 0.5f;
@@ -27,7 +41,10 @@ LayerCache::LayerCache(int experts, int slots)
       last_use_(experts, 0),
       priority_(experts, 0.0f),
       priority_lru_(experts, 0),
-      protected_(experts, 0) {}
+      protected_(experts, 0),
+      key_protected_(slots, 0.0f),
+      key_selected_(slots, 0.0f),
+      slot_expert_(slots, 0.0f) {}
 
 void LayerCache::reset(std::span<const int32_t> warm_order) {
   std::fill(slot_of_.begin(), slot_of_.end(), -1);
@@ -90,6 +107,12 @@ RequestRouter::RequestRouter(const RouterSpec& spec, const PolicyConfig& config,
   exact_.resize(k);
   topj_.resize(std::max(config.protect_top_j, 1));
   in_topj_.assign(e, 0);
+  in_exact_.assign(e, 0);
+  bonus_set_.assign(e, 0);
+  cont_score_.assign(e, 0.0f);
+  cont_tiebreak_.assign(e, 0.0f);
+  cont_.resize(k);
+  topj_scratch_.resize(k);
   group_score_.resize(std::max(spec.n_group, 1));
   group_kept_.resize(std::max(spec.n_group, 1));
   weights_.resize(k);
@@ -152,6 +175,16 @@ void RequestRouter::begin_layer_step(int layer) {
         c.priority_[entry.expert] = (c.fast_[entry.expert] + c.slow_[entry.expert]) + p;
       }
     }
+    if (fast_argmin()) {
+      constexpr float kInf = std::numeric_limits<float>::infinity();
+      for (int slot = 0; slot < c.slots(); ++slot) {
+        const int e = c.expert_in_slot_[slot];
+        const float key = e >= 0 ? c.priority_[e] : kInf;
+        c.key_protected_[slot] = key;
+        c.key_selected_[slot] = key;
+        c.slot_expert_[slot] = static_cast<float>(e);
+      }
+    }
   } else {
     for (int e = 0; e < e_count; ++e) c.priority_lru_[e] = c.last_use_[e];
   }
@@ -179,6 +212,26 @@ int RequestRouter::argmin_priority(const LayerCache& c, bool skip_selected,
     if (lower) best = e;
   }
   return best;
+}
+
+// argmin_priority for the A priority over the per-slot keys: the minimum key (A priorities are
+// finite: two EMAs in [0, 1] plus a frequency in [0, 1]), then the lowest expert id among the
+// slots holding it; -1 when every key is +inf (all excluded). Plain loops of min and compare
+// that the compiler vectorises (no data-dependent branch).
+int RequestRouter::argmin_slot_keys(const LayerCache& c, const std::vector<float>& key) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  const int n = c.slots();
+  const float* k = key.data();
+  const float* id = c.slot_expert_.data();
+  float lo = kInf;
+  for (int s = 0; s < n; ++s) lo = k[s] < lo ? k[s] : lo;
+  if (!(lo < kInf)) return -1;
+  float best = kInf;
+  for (int s = 0; s < n; ++s) {
+    const float cand = k[s] == lo ? id[s] : kInf;
+    best = cand < best ? cand : best;
+  }
+  return static_cast<int>(best);
 }
 
 // Inserts `expert`, evicting `victim` (or taking the lowest free slot when victim < 0).
@@ -214,7 +267,7 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
   Decision& d = decisions_[layer];
   // g: the pre-gate ranking (ties: lower index). Kept for speculative execution.
   std::vector<int32_t>& g = pregate_rank_[layer];
-  top_k(pregate, pregate, static_cast<int>(g.size()), g);
+  top_k(pregate, pregate, static_cast<int>(g.size()), g, path_);
   have_pregate_[layer] = 1;
   if (budget == 0) return {};
   int inserted = 0;
@@ -222,16 +275,23 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
     const int e = g[i];
     if (c.resident(e)) {
       c.protected_[e] = 1;
+      if (fast_argmin()) c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
       continue;
     }
     if (inserted >= budget) continue;
     int victim = -1;
     if (c.size_ == c.slots()) {
-      victim = argmin_priority(c, /*skip_selected=*/false, /*skip_protected=*/true);
+      victim = fast_argmin() ? argmin_slot_keys(c, c.key_protected_)
+                             : argmin_priority(c, /*skip_selected=*/false, /*skip_protected=*/true);
       if (victim < 0) break;  // [decided] window wider than the cache: stop part 1
     }
     const int slot = insert(c, e, victim, layer_step_[layer], d);
     c.protected_[e] = 1;
+    if (fast_argmin()) {
+      c.key_protected_[slot] = std::numeric_limits<float>::infinity();
+      c.key_selected_[slot] = c.priority_[e];
+      c.slot_expert_[slot] = static_cast<float>(e);
+    }
     d.prefetch.push_back(Copy{e, slot});
     ++inserted;
   }
@@ -251,6 +311,118 @@ float RequestRouter::layer_range(int layer, std::span<const float> z) {
   return c.range_sum_ / static_cast<float>(c.range_count_);
 }
 
+// The bonused selection as the contract writes it: biased = z + bonus on the bonus set (router
+// top-J included), then the model's own selection of biased with z breaking ties.
+void RequestRouter::bonused_top_k_plain(const LayerCache& c, std::span<const float> z,
+                                        std::span<const uint8_t> issued, float bonus) {
+  const int e_count = spec_.experts;
+  const int j = config_.protect_top_j;
+  if (j > 0) {
+    top_k(z, z, j, topj_, path_);
+    for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 1;
+  }
+  // biased = z + bonus, with bonus 0 for experts that get none (z + 0 == z): written as one
+  // branch-free loop the compiler vectorises.
+  const int32_t* slot_of = c.slot_of_.data();
+  const uint8_t* topj = in_topj_.data();
+  float* biased = biased_.data();
+  if (config_.physical) {
+    for (int e = 0; e < e_count; ++e) {
+      biased[e] = z[e] + ((issued[e] | topj[e]) != 0 ? bonus : 0.0f);
+    }
+  } else {
+    for (int e = 0; e < e_count; ++e) {
+      biased[e] = z[e] + (((slot_of[e] >= 0) | (topj[e] != 0)) ? bonus : 0.0f);
+    }
+  }
+  if (j > 0) {
+    for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 0;
+  }
+  model_top_k(spec_, biased_, z, topk_, group_score_, group_kept_, masked_, path_);
+}
+
+// The same selection from the router's top-K (exact_, already computed) without a second full
+// top-K. With a bonus b >= 0 on a set B, the bonused order restricted to B is B's own z order
+// (z -> z + b is monotone and ties on z + b fall back to z, then the index), and likewise outside
+// B; so the bonused top-K is the first K of the merge of B's z ranking and the rest's z ranking.
+// If an expert of B outranks one outside B in z, it still does with the bonus, so the merge takes
+// no more experts outside B than exact_ holds (they are exact_'s, in its order), and of B it needs
+// exact_'s members of B followed by the best of B outside exact_: a continuation of K - a'
+// entries (a' = |B n exact_|). Requires finite z (a total order); returns false otherwise.
+bool RequestRouter::fused_bonused_top_k(const LayerCache& c, std::span<const float> z,
+                                        std::span<const uint8_t> issued, float bonus) {
+  const int e_count = spec_.experts;
+  const int k = spec_.top_k;
+  const int j = config_.protect_top_j;
+  // The router's top-J is the first J of its top-K (the same order on the same scores).
+  for (int i = 0; i < j; ++i) in_topj_[exact_[i]] = 1;
+  for (int i = 0; i < k; ++i) in_exact_[exact_[i]] = 1;
+  const int32_t* slot_of = c.slot_of_.data();
+  const uint8_t* topj = in_topj_.data();
+  const uint8_t* in_exact = in_exact_.data();
+  uint8_t* bset = bonus_set_.data();
+  float* cs = cont_score_.data();
+  float* ct = cont_tiebreak_.data();
+  constexpr float kLowest = -std::numeric_limits<float>::max();
+  constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+  int members = 0;
+  int finite = 1;
+  if (config_.physical) {
+    for (int e = 0; e < e_count; ++e) bset[e] = static_cast<uint8_t>((issued[e] | topj[e]) != 0);
+  } else {
+    for (int e = 0; e < e_count; ++e) {
+      bset[e] = static_cast<uint8_t>((slot_of[e] >= 0) | (topj[e] != 0));
+    }
+  }
+  // Continuation candidates: B outside exact_, scored by z; the rest rank after every candidate
+  // (score -FLT_MAX with tiebreak -inf loses even to a candidate of z = -FLT_MAX).
+  for (int e = 0; e < e_count; ++e) {
+    const float v = z[e];
+    const bool cand = (bset[e] != 0) & (in_exact[e] == 0);
+    cs[e] = cand ? v : kLowest;
+    ct[e] = cand ? v : kNegInf;
+    members += bset[e];
+    finite &= static_cast<int>((v - v) == 0.0f);
+  }
+  for (int i = 0; i < k; ++i) in_exact_[exact_[i]] = 0;
+  for (int i = 0; i < j; ++i) in_topj_[exact_[i]] = 0;
+  if (!finite) return false;
+  // Split exact_ into its members of B (rank order) and the rest (rank order).
+  int32_t* in_b = cont_.data();  // reused below: members of B first, then the continuation
+  int a = 0;
+  int32_t* out_b = topj_scratch_.data();
+  int nb = 0;
+  for (int i = 0; i < k; ++i) {
+    const int32_t e = exact_[i];
+    if (bset[e]) {
+      in_b[a++] = e;
+    } else {
+      out_b[nb++] = e;
+    }
+  }
+  const int more = std::min(k, members) - a;
+  if (more > 0) {
+    top_k(cont_score_, cont_tiebreak_, more, std::span<int32_t>(in_b + a, more), path_);
+  }
+  const int nr = a + std::max(more, 0);
+  // Merge by the bonused rule: higher z + bonus (bonus on B), then higher z, then lower index.
+  int ir = 0, in = 0;
+  for (int r = 0; r < k; ++r) {
+    bool take_b;
+    if (ir == nr) {
+      take_b = false;
+    } else if (in == nb) {
+      take_b = true;
+    } else {
+      const int32_t x = in_b[ir], y = out_b[in];
+      const float bx = z[x] + bonus, by = z[y] + 0.0f;
+      take_b = bx != by ? bx > by : (z[x] != z[y] ? z[x] > z[y] : x < y);
+    }
+    topk_[r] = take_b ? in_b[ir++] : out_b[in++];
+  }
+  return true;
+}
+
 const Decision& RequestRouter::select(int layer, std::span<const float> z,
                                       std::span<const float> weight_scores,
                                       std::span<const uint8_t> issued) {
@@ -263,7 +435,7 @@ const Decision& RequestRouter::select(int layer, std::span<const float> z,
   const int k = spec_.top_k;
 
   // The router's own selection: executed by `exact`, and the statistics' indicator always.
-  model_top_k(spec_, z, z, exact_, group_score_, group_kept_, masked_);
+  model_top_k(spec_, z, z, exact_, group_score_, group_kept_, masked_, path_);
 
   const float range = layer_range(layer, z);
   const bool bonus_active = config_.lambda != 0.0f && (config_.kind == PolicyKind::kCachePrior ||
@@ -279,49 +451,52 @@ const Decision& RequestRouter::select(int layer, std::span<const float> z,
            e_count);
     }
     const float bonus = config_.lambda * range;
-    const int j = config_.protect_top_j;
-    if (j > 0) {
-      top_k(z, z, j, topj_);
-      for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 1;
+    const bool grouped = spec_.n_group > 1 && spec_.topk_group < spec_.n_group;
+    if (path_ == TopKPath::kReference || grouped || !(bonus >= 0.0f) || !std::isfinite(bonus) ||
+        !fused_bonused_top_k(c, z, issued, bonus)) {
+      bonused_top_k_plain(c, z, issued, bonus);
     }
-    // biased = z + bonus, with bonus 0 for experts that get none (z + 0 == z): written as one
-    // branch-free loop the compiler vectorises.
-    const int32_t* slot_of = c.slot_of_.data();
-    const uint8_t* topj = in_topj_.data();
-    float* biased = biased_.data();
-    if (config_.physical) {
-      for (int e = 0; e < e_count; ++e) {
-        biased[e] = z[e] + ((issued[e] | topj[e]) != 0 ? bonus : 0.0f);
-      }
-    } else {
-      for (int e = 0; e < e_count; ++e) {
-        biased[e] = z[e] + ((slot_of[e] >= 0) | (topj[e] != 0) ? bonus : 0.0f);
-      }
-    }
-    if (j > 0) {
-      for (int i = 0; i < j; ++i) in_topj_[topj_[i]] = 0;
-    }
-    model_top_k(spec_, biased_, z, topk_, group_score_, group_kept_, masked_);
     chosen = topk_;
   }
 
   // S ascending; the selected mask drives victim choice.
   for (int i = 0; i < k; ++i) d.selected.push_back(chosen[i]);
-  std::sort(d.selected.begin(), d.selected.end());
+  sort_small(d.selected.data(), k);
   for (int i = 0; i < k; ++i) d.exact.push_back(exact_[i]);
-  std::sort(d.exact.begin(), d.exact.end());
+  sort_small(d.exact.data(), k);
   for (int e : d.selected) in_selected_[e] = 1;
+  const bool fast = fast_argmin();
+  if (fast) {
+    for (int e : d.selected) {
+      if (c.resident(e)) {
+        c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
+        c.key_selected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
+      }
+    }
+  }
 
   // Demand insertions for S \ R in increasing index order.
   for (int e : d.selected) {
     if (c.resident(e)) continue;
     int victim = -1;
     if (c.size_ == c.slots()) {
-      victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/true);
-      if (victim < 0) victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/false);
+      if (fast) {
+        victim = argmin_slot_keys(c, c.key_protected_);
+        if (victim < 0) victim = argmin_slot_keys(c, c.key_selected_);
+      } else {
+        victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/true);
+        if (victim < 0) {
+          victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/false);
+        }
+      }
       SM_ASSERT(victim >= 0);  // C >= K guarantees a non-selected resident exists
     }
     const int slot = insert(c, e, victim, layer_step_[layer], d);
+    if (fast) {
+      c.key_protected_[slot] = std::numeric_limits<float>::infinity();
+      c.key_selected_[slot] = std::numeric_limits<float>::infinity();
+      c.slot_expert_[slot] = static_cast<float>(e);
+    }
     d.demand.push_back(Copy{e, slot});
   }
   for (int e : d.selected) {

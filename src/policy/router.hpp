@@ -19,6 +19,10 @@ struct Copy {
   int32_t slot = 0;
 };
 
+// Implementations of top_k; all give identical results (tests compare them). kAuto picks the
+// fastest the CPU supports.
+enum class TopKPath : uint8_t { kAuto, kReference, kSse2, kAvx2, kAvx512 };
+
 // Everything the step for one (token, layer) decided. Vectors are preallocated and reused.
 struct Decision {
   int32_t layer = 0;
@@ -62,6 +66,10 @@ class LayerCache {
   float range_sum_ = 0.0f;             // running range: sum of (max z - min z)
   int64_t range_count_ = 0;
   int64_t step_started_ = 0;  // step whose priorities are in priority_ (0 = none)
+  // Victim keys per slot for the A priority in the current step (vector argmin): the priority of
+  // the slot's expert, +inf where excluded (empty; protected or selected in key_protected_,
+  // selected in key_selected_); expert ids as floats for the tie to the lower id.
+  std::vector<float> key_protected_, key_selected_, slot_expert_;
 };
 
 class RequestRouter {
@@ -94,6 +102,12 @@ class RequestRouter {
 
   // Execution weights are the model's computation: replay and the simulator turn them off.
   void set_compute_weights(bool on) { compute_weights_ = on; }
+  // Implementation of every ranking in the step (benchmarks and tests force one; decisions are
+  // identical for all). kReference runs the plain three-selection step of the contract with the
+  // scalar top-k; the others run the fused selection (one router top-K, a short continuation
+  // over the bonused set, a merge) with that top-k path.
+  void set_top_k_path(TopKPath path) { path_ = path; }
+  TopKPath top_k_path() const { return path_; }
 
   const Decision& decision(int layer) const { return decisions_[layer]; }
   const LayerCache& cache(int layer) const { return caches_[layer]; }
@@ -106,8 +120,14 @@ class RequestRouter {
  private:
   void begin_layer_step(int layer);
   float layer_range(int layer, std::span<const float> z);
+  void bonused_top_k_plain(const LayerCache& c, std::span<const float> z,
+                           std::span<const uint8_t> issued, float bonus);
+  bool fused_bonused_top_k(const LayerCache& c, std::span<const float> z,
+                           std::span<const uint8_t> issued, float bonus);
   int insert(LayerCache& cache, int expert, int victim, int64_t step, Decision& d);
   int argmin_priority(const LayerCache& cache, bool skip_selected, bool skip_protected) const;
+  static int argmin_slot_keys(const LayerCache& cache, const std::vector<float>& key);
+  bool fast_argmin() const { return config_.evict == Evict::kA && path_ != TopKPath::kReference; }
 
   RouterSpec spec_;
   PolicyConfig config_;
@@ -117,6 +137,7 @@ class RequestRouter {
   std::vector<int64_t> layer_step_;   // [L] step of each layer (token index from 1)
   std::vector<int32_t> layer_token_;  // [L] input token of each layer's current step
   bool compute_weights_ = true;
+  TopKPath path_ = TopKPath::kAuto;
   std::vector<LayerCache> caches_;
   std::vector<Decision> decisions_;
   // Scratch, sized at construction.
@@ -129,14 +150,19 @@ class RequestRouter {
   std::vector<int32_t> exact_;                      // [K] router's own top-K, rank order
   std::vector<int32_t> topj_;                       // [J] router top-J
   std::vector<uint8_t> in_topj_;                    // [E] top-J mask, all 0 between uses
+  std::vector<uint8_t> in_exact_;                   // [E] exact top-K mask, all 0 between uses
+  std::vector<uint8_t> bonus_set_;                  // [E] experts that get the bonus
+  std::vector<float> cont_score_, cont_tiebreak_;   // [E] continuation over the bonused set
+  std::vector<int32_t> cont_;                       // [K] bonused-set members, rank order
+  std::vector<int32_t> topj_scratch_;               // [K] exact_ outside the bonus set
   std::vector<float> group_score_;                  // [n_group]
   std::vector<uint8_t> group_kept_;                 // [n_group]
   std::vector<float> weights_;                      // [K]
 };
 
-// Implementations of top_k; all give identical results (tests compare them). kAuto picks the
-// fastest the CPU supports.
-enum class TopKPath : uint8_t { kAuto, kReference, kSse2, kAvx2, kAvx512 };
+// Whether `path` runs as itself on this CPU (kAuto, kReference and kSse2 always do); top_k
+// otherwise falls back to the next narrower path.
+bool top_k_path_supported(TopKPath path);
 
 // Top-k of `score` with the spec's tie rule (higher score, then higher `tiebreak`, then lower
 // index); writes k indices in rank order to `out`. `tiebreak` may equal `score`.
@@ -151,7 +177,7 @@ void top_k_reference(std::span<const float> score, std::span<const float> tiebre
 void model_top_k(const RouterSpec& spec, std::span<const float> selection,
                  std::span<const float> unbonused, std::span<int32_t> out,
                  std::span<float> group_score, std::span<uint8_t> group_kept,
-                 std::span<float> masked);
+                 std::span<float> masked, TopKPath path = TopKPath::kAuto);
 
 // Execution weights of `selected` by the model's own rule (see docs/policy-contract.md "Weights").
 void execution_weights(const RouterSpec& spec, std::span<const float> weight_scores,

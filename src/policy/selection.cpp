@@ -241,6 +241,17 @@ const bool kHaveAvx2 = __builtin_cpu_supports("avx2");
 
 }  // namespace
 
+bool top_k_path_supported(TopKPath path) {
+  switch (path) {
+    case TopKPath::kAvx512:
+      return kHaveAvx512;
+    case TopKPath::kAvx2:
+      return kHaveAvx2;
+    default:
+      return true;
+  }
+}
+
 void top_k_reference(std::span<const float> score, std::span<const float> tiebreak, int k,
                      std::span<int32_t> out) {
   SM_ASSERT(static_cast<size_t>(k) <= score.size() && out.size() >= static_cast<size_t>(k));
@@ -287,10 +298,10 @@ void top_k(std::span<const float> score, std::span<const float> tiebreak, int k,
 void model_top_k(const RouterSpec& spec, std::span<const float> selection,
                  std::span<const float> unbonused, std::span<int32_t> out,
                  std::span<float> group_score, std::span<uint8_t> group_kept,
-                 std::span<float> masked) {
+                 std::span<float> masked, TopKPath path) {
   const bool grouped = spec.n_group > 1 && spec.topk_group < spec.n_group;
   if (!grouped) {
-    top_k(selection, unbonused, spec.top_k, out);
+    top_k(selection, unbonused, spec.top_k, out, path);
     return;
   }
   // DeepSeek-V3 group-limited selection: a group scores the sum of its two best selection
@@ -322,7 +333,7 @@ void model_top_k(const RouterSpec& spec, std::span<const float> selection,
   for (int i = 0; i < spec.experts; ++i) {
     masked[i] = group_kept[i / group_size] ? selection[i] : 0.0f;
   }
-  top_k(masked.first(spec.experts), unbonused, spec.top_k, out);
+  top_k(masked.first(spec.experts), unbonused, spec.top_k, out, path);
 }
 
 void execution_weights(const RouterSpec& spec, std::span<const float> weight_scores,
