@@ -17,6 +17,7 @@ void add_detokenize_command(CLI::App& root);
 void add_logits_command(CLI::App& root);
 void add_make_model_command(CLI::App& root);
 void add_perplexity_command(CLI::App& root);
+void add_quantize_command(CLI::App& root);
 void add_replay_command(CLI::App& root);
 void add_run_command(CLI::App& root);
 void add_sim_command(CLI::App& root);

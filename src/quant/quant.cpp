@@ -133,21 +133,20 @@ float fp8_e4m3_to_f32(uint8_t b) {
 uint8_t f32_to_fp8_e4m3(float f) {
   if (std::isnan(f)) return 0x7f;
   const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  float a = std::fabs(f);
+  const float a = std::fabs(f);
   if (a >= 448.0f) return sign | 0x7e;  // saturate (448 = S.1111.110)
-  // Find the nearest representable value (ties to even mantissa) by scanning the 127 codes:
-  // fine for tests and converters (not a hot path).
-  uint8_t best = 0;
-  float best_err = a;
-  for (uint8_t code = 1; code <= 0x7e; ++code) {
-    const float v = fp8_e4m3_to_f32(code);
-    const float err = std::fabs(v - a);
-    if (err < best_err || (err == best_err && (code & 1u) == 0)) {
-      best = code;
-      best_err = err;
-    }
-  }
-  return sign | best;
+  int e = 0;
+  std::frexp(a, &e);  // a = m * 2^e, m in [0.5, 1): the leading bit is 2^(e - 1)
+  // Quantum of the binade (3 mantissa bits), or of the subnormals (2^-9) below 2^-6.
+  const int quantum_exp = std::max(e - 1, -6) - 3;
+  const float q = std::nearbyint(std::ldexp(a, -quantum_exp));  // ties to even; exact scaling
+  const float v = std::ldexp(q, quantum_exp);
+  if (v >= 448.0f) return sign | 0x7e;
+  if (v < 0x1p-6f) return sign | static_cast<uint8_t>(q);  // subnormal codes 0..7
+  int ve = 0;
+  const float vm = std::frexp(v, &ve);  // v = vm * 2^ve, vm in [0.5, 1)
+  const auto mant = static_cast<uint8_t>(vm * 16.0f - 8.0f);
+  return sign | static_cast<uint8_t>(((ve - 1 + 7) << 3) | mant);
 }
 
 void k_scale_min(const uint8_t* q, int j, uint8_t* sc, uint8_t* m) {
