@@ -5,6 +5,7 @@ namespace steermoe::cli {
 void add_all_commands(CLI::App& root) {
   // One line per command file (keep alphabetical).
   add_calibrate_command(root);
+  add_compare_command(root);
   add_convert_command(root);
   add_detokenize_command(root);
   add_logits_command(root);
