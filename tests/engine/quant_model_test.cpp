@@ -18,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "engine/engine.hpp"
+#include "model/expert_layout.hpp"
 #include "model/gguf.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
@@ -215,6 +216,36 @@ TEST(Convert, QuantizedGgufToHfDequantizesAndSaysSo) {
   EXPECT_EQ(t2.dtype, model::DType::kQ4_K);
   ASSERT_EQ(t1.nbytes, t2.nbytes);
   EXPECT_EQ(std::memcmp(t1.data, t2.data, t1.nbytes), 0);
+}
+
+std::vector<char> file_bytes(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// Quantized experts through the offloading links: the disk and emulated links copy the Q4_K
+// bytes into cache slots; the logits are bit-identical to the resident run.
+TEST(QuantizedExperts, LinksMoveTheQuantizedBytesAndKeepTheLogits) {
+  const fs::path q = temp("links_q4km.gguf");
+  ASSERT_EQ(run_cli("quantize -m " + source_model().string() + " --type q4_k_m -o " + q.string()),
+            0);
+  const std::string common =
+      "logits -m " + q.string() +
+      " --tokens 5,17,300,42,99,100,7,8,9,10 --cache 4 --policy exact:evict=lru";
+  ASSERT_EQ(run_cli(common + " -o " + temp("l_res.bin").string()), 0);
+  ASSERT_EQ(run_cli(common + " --link disk -o " + temp("l_disk.bin").string()), 0);
+  ASSERT_EQ(run_cli(common + " --link emulated:5 -o " + temp("l_emu.bin").string()), 0);
+  // The expert layout the links copy by: the stored Q4_K bytes (down is Q6_K in the last layer).
+  auto m = model::Model::load(q);
+  const link::ExpertLayout layout = model::expert_layout(*m);
+  const kernels::Matrix& gate = m->layer(0).experts[3].gate;
+  ASSERT_EQ(gate.dtype, kernels::DType::kQ4_K);
+  EXPECT_EQ(layout.parts(0, 3)[0].bytes, gate.rows * (gate.cols / 256) * 144);
+  EXPECT_EQ(layout.parts(1, 3)[2].bytes, 256u * (256 / 256) * 210);
+  const auto res = file_bytes(temp("l_res.bin"));
+  ASSERT_EQ(res.size(), 10u * 512 * 4);
+  EXPECT_EQ(res, file_bytes(temp("l_disk.bin")));
+  EXPECT_EQ(res, file_bytes(temp("l_emu.bin")));
 }
 
 // ---- FP8 block-scaled safetensors -------------------------------------------------------------
