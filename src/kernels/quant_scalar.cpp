@@ -203,7 +203,11 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch) {
     int32_t sum[2] = {0, 0};
     for (int j = 0; j < 32; ++j) {
       // Nearest, ties to even (as cvtps2dq); |x * id| <= 127 up to rounding.
-      const auto q = static_cast<int32_t>(std::nearbyint(xb[j] * id));
+      // Clamped so that inf / NaN inputs keep the conversion defined (finite inputs never
+      // exceed 127 by more than rounding, so the clamp changes nothing for them).
+      const float v = xb[j] * id;
+      const auto q =
+          static_cast<int32_t>(std::nearbyint(v == v ? std::clamp(v, -127.0f, 127.0f) : 0.0f));
       l.q[b * 32 + j] = static_cast<int8_t>(q);
       sum[j / 16] += q;
     }
