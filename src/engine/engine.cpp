@@ -64,7 +64,10 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (params.max_inflight < 1 || params.max_inflight > 1024) {
     fail("engine", "--max-inflight", "expected 1..1024, found {}", params.max_inflight);
   }
-  offload_ = std::make_unique<Offload>(model_, LinkOptions{.spec = params.link, .verify = params.verify},
+  offload_ = std::make_unique<Offload>(model_, LinkOptions{.spec = params.link,
+                                                   .verify = params.verify,
+                                                   .test_copy_delay_max_s = params.test_copy_delay_max_s,
+                                                   .test_copy_delay_seed = params.test_copy_delay_seed},
                                        slots_);
   step_ = std::make_unique<schedule::OffloadStep>(
       spec_, config, calibration_,

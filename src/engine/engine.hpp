@@ -39,6 +39,8 @@ struct EngineParams {
   std::string link = "resident";
   int max_inflight = 2;  // prefetch copies in flight at a layer boundary (>= 1)
   bool verify = false;   // disk link: check every copied expert's checksum
+  double test_copy_delay_max_s = 0;  // test hook: random extra delay per emulated copy
+  uint64_t test_copy_delay_seed = 1;
 };
 
 // Router scores and decisions of every processed token, in the trace format's terms
