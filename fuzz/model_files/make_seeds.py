@@ -88,6 +88,16 @@ def main():
     write("gguf", "align64.gguf",
           gguf([("general.alignment", 4, 64)], tensors[:2], alignment=64))
     write("gguf", "q4k.gguf", gguf([], [("k", [256], 12, bytes(144))]))
+    # Every block type steermoe computes on (ggml ids and block bytes), patterned bytes with a
+    # 0.5 f16 scale at the start of each block.
+    def blocks(n, size):
+        return b"".join(struct.pack("<e", 0.5) + bytes((i * 13 + j) % 256 for i in range(size - 2))
+                        for j in range(n))
+    quants = [("q4_0", 2, 32, 18), ("q4_1", 3, 32, 20), ("q5_0", 6, 32, 22), ("q5_1", 7, 32, 24),
+              ("q4_k", 12, 256, 144), ("q5_k", 13, 256, 176), ("q6_k", 14, 256, 210)]
+    write("gguf", "every_quant.gguf",
+          gguf([("general.architecture", 8, "olmoe")],
+               [(f"blk.0.{n}.weight", [be, 2], gt, blocks(2, bb)) for n, gt, be, bb in quants]))
 
     def st(tensors, metadata=None):
         header, data = {}, b""
@@ -111,6 +121,10 @@ def main():
     ], {"format": "pt"}))
     write("safetensors", "empty.safetensors", st([]))
     write("safetensors", "fp8.safetensors", st([("w", "F8_E4M3", [4, 4], bytes(range(16)))], {"k": "v"}))
+    write("safetensors", "fp8_scaled.safetensors", st([
+        ("model.layers.0.mlp.experts.0.up_proj.weight", "F8_E4M3", [2, 130], bytes(i % 0x7e for i in range(260))),
+        ("model.layers.0.mlp.experts.0.up_proj.weight_scale_inv", "F32", [1, 2], f32([0.5, 0.25])),
+    ]))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,8 @@
 // `steermoe convert`: writes a model's weights and tokenizer in the other format (GGUF <-> HF
 // folder). Tensor bytes are copied unchanged; DeepSeek's kv_b_proj is split into attn_k_b /
-// attn_v_b (and rebuilt) exactly as llama.cpp's converter does.
+// attn_v_b (and rebuilt) exactly as llama.cpp's converter does. Types the output format cannot
+// hold (GGUF block types in safetensors; FP8 with block scales in either) are dequantized to
+// F32 and reported; --dtype stores every matrix as one type.
 #include <cstdio>
 #include <memory>
 #include <optional>
@@ -8,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "model/weights.hpp"
 #include "model/weights_layout.hpp"
 #include "tokenizer/gguf_vocab.hpp"
 #include "tokenizer/hf_json.hpp"
@@ -19,6 +22,7 @@ void add_convert_command(CLI::App& root) {
   struct Options {
     std::string model;
     std::string output;
+    std::string dtype = "keep";
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -26,6 +30,10 @@ void add_convert_command(CLI::App& root) {
   cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
       ->required();
   cmd->add_option("-o,--output", o->output, "Output: a .gguf path or a folder")->required();
+  cmd->add_option("--dtype", o->dtype,
+                  "Matrices: keep (the stored type where the format holds it) or f32, bf16, f16 "
+                  "(dequantized)")
+      ->capture_default_str();
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     std::optional<tokenizer::Vocabulary> vocab;
@@ -37,7 +45,40 @@ void add_convert_command(CLI::App& root) {
     const bool to_gguf = std::filesystem::path(o->output).extension() == ".gguf";
     std::vector<std::pair<std::string, model::GgufValue>> extra;
     if (vocab && to_gguf) extra = tokenizer::gguf_metadata(*vocab);
-    model::write_model(model->config(), o->output, model::model_slot_source(*model), extra);
+    std::optional<model::DType> forced;
+    if (o->dtype == "f32")
+      forced = model::DType::kF32;
+    else if (o->dtype == "bf16")
+      forced = model::DType::kBF16;
+    else if (o->dtype == "f16")
+      forced = model::DType::kF16;
+    else if (o->dtype != "keep")
+      fail("--dtype", "type", "expected keep, f32, bf16 or f16, found '{}'", o->dtype);
+    size_t changed = 0;
+    std::string example;
+    auto choose = [&](const model::TensorSlot& s, model::DType stored) {
+      if (s.vector()) return stored;
+      if (forced) return *forced;
+      const bool storable =
+          stored != model::DType::kF8E4M3 && (to_gguf || !model::dtype_is_quantized(stored));
+      if (storable) return stored;
+      if (example.empty()) example = s.name + " (" + std::string(model::dtype_name(stored)) + ")";
+      return model::DType::kF32;
+    };
+    // Count first (dtype_of is called again, quietly, while writing).
+    for (const auto& s :
+         model::tensor_layout(model->config(), to_gguf ? model::WeightFormat::kGguf
+                                                       : model::WeightFormat::kSafetensors)) {
+      const model::DType stored = model::stored_dtype(*model, s);
+      if (!forced && choose(s, stored) != stored) ++changed;
+    }
+    if (changed > 0) {
+      std::fprintf(stderr,
+                   "convert: %zu tensors cannot keep their type in %s (e.g. %s): written as F32 "
+                   "(dequantized); `steermoe quantize` writes quantized GGUF\n",
+                   changed, to_gguf ? "GGUF" : "safetensors", example.c_str());
+    }
+    model::write_model(model->config(), o->output, model::model_slot_source(*model, choose), extra);
     if (vocab && !to_gguf) tokenizer::write_hf_tokenizer(*vocab, o->output);
     std::fprintf(stderr, "converted %s -> %s\n", o->model.c_str(), o->output.c_str());
   });

@@ -13,6 +13,7 @@ void add_all_commands(CLI::App& root) {
   add_logits_command(root);
   add_make_model_command(root);
   add_perplexity_command(root);
+  add_quantize_command(root);
   add_replay_command(root);
   add_run_command(root);
   add_score_command(root);

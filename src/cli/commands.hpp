@@ -20,6 +20,7 @@ void add_kl_command(CLI::App& root);
 void add_logits_command(CLI::App& root);
 void add_make_model_command(CLI::App& root);
 void add_perplexity_command(CLI::App& root);
+void add_quantize_command(CLI::App& root);
 void add_replay_command(CLI::App& root);
 void add_run_command(CLI::App& root);
 void add_score_command(CLI::App& root);

@@ -12,8 +12,17 @@
 
 #include "common/error.hpp"
 #include "kernels/kernels_internal.hpp"
+#include "kernels/quant_internal.hpp"
+#include "quant/quant.hpp"
 
 namespace steermoe::kernels {
+
+namespace {
+quant::Type quant_type(DType dtype) {
+  SM_ASSERT(detail::is_quant(dtype));
+  return static_cast<quant::Type>(static_cast<int>(dtype) - static_cast<int>(DType::kQ8_0));
+}
+}  // namespace
 
 std::string_view dtype_name(DType dtype) {
   switch (dtype) {
@@ -23,12 +32,105 @@ std::string_view dtype_name(DType dtype) {
       return "bf16";
     case DType::kF16:
       return "f16";
+    case DType::kQ8_0:
+      return "q8_0";
+    case DType::kQ4_0:
+      return "q4_0";
+    case DType::kQ4_1:
+      return "q4_1";
+    case DType::kQ5_0:
+      return "q5_0";
+    case DType::kQ5_1:
+      return "q5_1";
+    case DType::kQ4_K:
+      return "q4_k";
+    case DType::kQ5_K:
+      return "q5_k";
+    case DType::kQ6_K:
+      return "q6_k";
+    case DType::kF8E4M3:
+      return "f8_e4m3";
   }
   return "?";
 }
 
 size_t dtype_size(DType dtype) {
-  return dtype == DType::kF32 ? 4 : 2;
+  SM_ASSERT_MSG(!dtype_is_block(dtype), "dtype_size of a block type");
+  return dtype == DType::kF32 ? 4 : dtype == DType::kF8E4M3 ? 1 : 2;
+}
+
+bool dtype_is_block(DType dtype) {
+  return detail::is_quant(dtype) && dtype != DType::kF8E4M3;
+}
+
+size_t dtype_block_elements(DType dtype) {
+  return detail::is_quant(dtype) ? quant::info(quant_type(dtype)).block_elements : 1;
+}
+
+size_t dtype_block_bytes(DType dtype) {
+  return detail::is_quant(dtype) ? quant::info(quant_type(dtype)).block_bytes : dtype_size(dtype);
+}
+
+size_t row_bytes(DType dtype, size_t elements) {
+  const size_t be = dtype_block_elements(dtype);
+  SM_ASSERT_MSG(elements % be == 0, "row_bytes: not a whole number of blocks");
+  return elements / be * dtype_block_bytes(dtype);
+}
+
+namespace {
+size_t fp8_scale_floats(const Matrix& m) {
+  if (m.rows == 0) return 0;
+  const size_t scale_rows = (m.rows + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  const size_t scale_cols = (m.cols + kFp8ScaleBlock - 1) / kFp8ScaleBlock;
+  return (scale_rows - 1) * m.scale_row_stride() + scale_cols;
+}
+}  // namespace
+
+size_t stored_bytes(const Matrix& m) {
+  size_t bytes = m.rows * row_bytes(m.dtype, m.cols);
+  if (m.dtype == DType::kF8E4M3) bytes += fp8_scale_floats(m) * sizeof(float);
+  return bytes;
+}
+
+MatrixRanges matrix_ranges(const Matrix& m) {
+  MatrixRanges r;
+  if (m.rows == 0 || m.cols == 0) return r;
+  r.range[0] = {m.data, (m.rows - 1) * row_bytes(m.dtype, m.stride()) + row_bytes(m.dtype, m.cols)};
+  r.count = 1;
+  if (m.dtype == DType::kF8E4M3) {
+    r.range[1] = {m.scales, fp8_scale_floats(m) * sizeof(float)};
+    r.count = 2;
+  }
+  return r;
+}
+
+void dequantize_row(const Matrix& w, size_t r, float* dst) {
+  SM_ASSERT(r < w.rows);
+  const auto* base = static_cast<const uint8_t*>(w.data);
+  switch (w.dtype) {
+    case DType::kF32:
+      std::memcpy(dst, base + r * w.stride() * 4, w.cols * 4);
+      return;
+    case DType::kBF16:
+    case DType::kF16: {
+      const auto* p = reinterpret_cast<const uint16_t*>(base) + r * w.stride();
+      for (size_t c = 0; c < w.cols; ++c) {
+        dst[c] = w.dtype == DType::kBF16 ? bf16_to_f32(p[c]) : f16_to_f32(p[c]);
+      }
+      return;
+    }
+    case DType::kF8E4M3: {
+      const uint8_t* p = base + r * w.stride();
+      const float* sc = w.scales + (r / kFp8ScaleBlock) * w.scale_row_stride();
+      for (size_t c = 0; c < w.cols; ++c) {
+        dst[c] = quant::fp8_e4m3_to_f32(p[c]) * sc[c / kFp8ScaleBlock];
+      }
+      return;
+    }
+    default:
+      quant::dequantize_row(quant_type(w.dtype), base + r * row_bytes(w.dtype, w.stride()), dst,
+                            w.cols);
+  }
 }
 
 float bf16_to_f32(uint16_t v) {
@@ -212,6 +314,8 @@ constexpr size_t kRowGrain = 16;
 void check_matrix(const Matrix& w) {
   SM_ASSERT(w.data != nullptr || w.rows == 0 || w.cols == 0);
   SM_ASSERT(w.stride() >= w.cols);
+  SM_ASSERT(w.cols % dtype_block_elements(w.dtype) == 0);
+  SM_ASSERT(w.dtype != DType::kF8E4M3 || w.scales != nullptr);
 }
 }  // namespace
 

@@ -22,10 +22,33 @@ namespace steermoe::kernels {
 
 // ---- Element types and instruction sets ------------------------------------------------------
 
-enum class DType : uint8_t { kF32, kBF16, kF16 };
+// Plain types (F32, BF16, F16) and block-quantized ones: the GGUF types (ggml byte layouts, see
+// quant/quant.hpp) and FP8 E4M3 with 128 x 128 block scales (Matrix::scales).
+enum class DType : uint8_t {
+  kF32,
+  kBF16,
+  kF16,
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kF8E4M3,  // one byte per element; w = fp8 * scales[r / 128][c / 128]
+};
 
 std::string_view dtype_name(DType dtype);
-size_t dtype_size(DType dtype);  // bytes per element
+// Bytes per element of a plain type (F32, BF16, F16) or of FP8; SM_ASSERTs on block types.
+size_t dtype_size(DType dtype);
+bool dtype_is_block(DType dtype);          // Q8_0 .. Q6_K (blocks of 32 or 256 elements)
+size_t dtype_block_elements(DType dtype);  // 1 for plain types and FP8
+size_t dtype_block_bytes(DType dtype);     // dtype_size for plain types and FP8
+// Bytes of `elements` consecutive elements (a whole number of blocks; SM_ASSERT).
+size_t row_bytes(DType dtype, size_t elements);
+// The edge of an FP8 scale block (DeepSeek-V3 / Qwen3 "weight_block_size": [128, 128]).
+inline constexpr size_t kFp8ScaleBlock = 128;
 
 // bf16 / f16 <-> f32 conversions (round to nearest even; NaN stays NaN).
 float bf16_to_f32(uint16_t v);
@@ -50,16 +73,49 @@ Isa active_isa();
 
 // ---- Views ----------------------------------------------------------------------------------
 
-// A row-major weight matrix W[rows][cols]; row r starts at data + r * row_stride elements.
+// A row-major weight matrix W[rows][cols]; row r starts at data + r * row_stride elements
+// (for block types, row_stride and cols are whole numbers of blocks and row r starts at byte
+// row_bytes(dtype, r * stride())).
+//
+// FP8 (kF8E4M3): `scales` holds the f32 block scales (HF "weight_scale_inv", multiplied in):
+// element (r, c) is fp8(r, c) * scales[(r / 128) * scale_stride + c / 128]; row 0 of the
+// matrix is the first row of a 128-row scale block.
 struct Matrix {
   const void* data = nullptr;
   DType dtype = DType::kF32;
   size_t rows = 0;
   size_t cols = 0;
-  size_t row_stride = 0;  // elements between row starts; 0 means cols
+  size_t row_stride = 0;          // elements between row starts; 0 means cols
+  const float* scales = nullptr;  // FP8 only
+  size_t scale_stride = 0;        // FP8 only: floats between scale rows; 0 means ceil(cols / 128)
 
   size_t stride() const { return row_stride == 0 ? cols : row_stride; }
+  size_t scale_row_stride() const {
+    return scale_stride == 0 ? (cols + kFp8ScaleBlock - 1) / kFp8ScaleBlock : scale_stride;
+  }
 };
+
+// THE byte size of a matrix (model::matrix_bytes calls this): its element bytes (rows * cols in the
+// stored type) plus, for FP8, its scale bytes. Expert copies, bytes-per-token figures and traces'
+// expert_bytes use this.
+size_t stored_bytes(const Matrix& m);
+
+// The memory a matrix reads, as (pointer, bytes) ranges: [0] the elements (from data to the end
+// of the last row), [1] the FP8 scales (absent for other types). Copying every range (and
+// pointing data / scales at the copies) moves the whole matrix. Sum of bytes == stored_bytes
+// when row_stride is 0 or cols. (model::matrix_bytes returns the same.)
+struct ByteRange {
+  const void* data = nullptr;
+  size_t bytes = 0;
+};
+struct MatrixRanges {
+  ByteRange range[2];
+  size_t count = 0;
+};
+MatrixRanges matrix_ranges(const Matrix& m);
+
+// Row r of w as f32 (dst: w.cols floats), any dtype.
+void dequantize_row(const Matrix& w, size_t r, float* dst);
 
 struct MatvecParams {
   float scale = 1.0f;       // y = scale * (W x)

@@ -18,7 +18,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/error.hpp"
 #include "kernels/kernels_internal.hpp"
+#include "kernels/quant_internal.hpp"
 
 namespace steermoe::kernels::detail {
 namespace {
@@ -87,6 +89,10 @@ struct Simd {
     return _mm256_blendv_ps(result, zero(), under);
   }
 };
+
+const QuantOps& quant_ops() {
+  return avx2_quant_ops();
+}
 
 #include "kernels/simd_generic.inc"
 

@@ -19,7 +19,9 @@
 #include <limits>
 #include <type_traits>
 
+#include "common/error.hpp"
 #include "kernels/kernels_internal.hpp"
+#include "kernels/quant_internal.hpp"
 
 namespace steermoe::kernels::detail {
 namespace {
@@ -96,6 +98,10 @@ struct Simd {
     return _mm512_mask_blend_ps(under, result, zero());
   }
 };
+
+const QuantOps& quant_ops() {
+  return avx512_quant_ops();
+}
 
 #include "kernels/simd_generic.inc"
 

@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "kernels/kernels_internal.hpp"
+#include "kernels/quant_internal.hpp"
 
 namespace steermoe::kernels::detail {
 namespace {
@@ -18,6 +19,8 @@ float weight_at(const Matrix& w, size_t row, size_t col) {
       return bf16_to_f32(static_cast<const uint16_t*>(w.data)[i]);
     case DType::kF16:
       return f16_to_f32(static_cast<const uint16_t*>(w.data)[i]);
+    default:
+      SM_ASSERT_MSG(false, "weight_at of a quantized matrix");
   }
   return 0.0f;
 }
@@ -34,11 +37,19 @@ void finish(float* out, float sum, const MatvecParams& p) {
 
 void matvec_rows(const Matrix& w, const float* x, float* y, size_t row_begin, size_t row_end,
                  const MatvecParams& p) {
+  if (is_quant(w.dtype)) {
+    return quant_matmul_rows(scalar_quant_ops(), w, x, w.cols, 1, y, 0, row_begin, row_begin,
+                             row_end, p);
+  }
   for (size_t r = row_begin; r < row_end; ++r) finish(y + (r - row_begin), row_dot(w, r, x), p);
 }
 
 void matmul_rows(const Matrix& w, const float* x, size_t x_stride, size_t n, float* y,
                  size_t y_stride, size_t row_begin, size_t row_end, const MatvecParams& p) {
+  if (is_quant(w.dtype)) {
+    return quant_matmul_rows(scalar_quant_ops(), w, x, x_stride, n, y, y_stride, 0, row_begin,
+                             row_end, p);
+  }
   for (size_t r = row_begin; r < row_end; ++r) {
     for (size_t i = 0; i < n; ++i) finish(y + i * y_stride + r, row_dot(w, r, x + i * x_stride), p);
   }

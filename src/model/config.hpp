@@ -127,8 +127,9 @@ struct ModelConfig {
   int topk_group = 1;                  // groups kept
   bool correction_bias = false;        // sigmoid router: e_score_correction_bias present
 
-  bool tied_embeddings = false;  // lm_head shares the token embedding matrix
-  int bos_token = -1;            // -1: none known
+  bool tied_embeddings = false;   // lm_head shares the token embedding matrix
+  bool fp8_block_scales = false;  // HF quantization_config fp8 (128 x 128 weight_scale_inv)
+  int bos_token = -1;             // -1: none known
   int eos_token = -1;
 
   // Derived helpers.

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "common/error.hpp"
+#include "quant/quant.hpp"
 
 namespace steermoe::model {
 namespace {
@@ -22,33 +23,30 @@ struct DTypeInfo {
   uint64_t block_bytes;
 };
 
-constexpr std::array<DTypeInfo, 16> kDTypes = {{
-    {DType::kF32, "F32", 1, 4},
-    {DType::kF16, "F16", 1, 2},
-    {DType::kBF16, "BF16", 1, 2},
-    {DType::kF64, "F64", 1, 8},
-    {DType::kI8, "I8", 1, 1},
-    {DType::kI16, "I16", 1, 2},
-    {DType::kI32, "I32", 1, 4},
-    {DType::kI64, "I64", 1, 8},
-    {DType::kU8, "U8", 1, 1},
-    {DType::kU16, "U16", 1, 2},
-    {DType::kU32, "U32", 1, 4},
-    {DType::kU64, "U64", 1, 8},
-    {DType::kBool, "BOOL", 1, 1},
-    {DType::kF8E4M3, "F8_E4M3", 1, 1},
-    {DType::kF8E5M2, "F8_E5M2", 1, 1},
-    {DType::kQ8_0, "Q8_0", 32, 34},
+constexpr std::array<DTypeInfo, 23> kDTypes = {{
+    {DType::kF32, "F32", 1, 4},        {DType::kF16, "F16", 1, 2},
+    {DType::kBF16, "BF16", 1, 2},      {DType::kF64, "F64", 1, 8},
+    {DType::kI8, "I8", 1, 1},          {DType::kI16, "I16", 1, 2},
+    {DType::kI32, "I32", 1, 4},        {DType::kI64, "I64", 1, 8},
+    {DType::kU8, "U8", 1, 1},          {DType::kU16, "U16", 1, 2},
+    {DType::kU32, "U32", 1, 4},        {DType::kU64, "U64", 1, 8},
+    {DType::kBool, "BOOL", 1, 1},      {DType::kF8E4M3, "F8_E4M3", 1, 1},
+    {DType::kF8E5M2, "F8_E5M2", 1, 1}, {DType::kQ8_0, "Q8_0", 32, 34},
+    {DType::kQ4_0, "Q4_0", 32, 18},    {DType::kQ4_1, "Q4_1", 32, 20},
+    {DType::kQ5_0, "Q5_0", 32, 22},    {DType::kQ5_1, "Q5_1", 32, 24},
+    {DType::kQ4_K, "Q4_K", 256, 144},  {DType::kQ5_K, "Q5_K", 256, 176},
+    {DType::kQ6_K, "Q6_K", 256, 210},
 }};
+
+quant::Type quant_type_of(DType dtype) {
+  return static_cast<quant::Type>(static_cast<int>(dtype) - static_cast<int>(DType::kQ8_0));
+}
 
 const DTypeInfo& info_of(DType dtype) {
   const auto index = static_cast<size_t>(dtype);
   SM_ASSERT(index < kDTypes.size() && kDTypes[index].dtype == dtype);
   return kDTypes[index];
 }
-
-constexpr uint64_t kQ8Block = 32;
-constexpr uint64_t kQ8BlockBytes = 34;
 
 uint16_t load_u16(const std::byte* p) {
   uint16_t v;
@@ -64,7 +62,7 @@ std::string_view dtype_name(DType dtype) {
 
 std::optional<DType> dtype_from_safetensors_name(std::string_view name) {
   for (const auto& info : kDTypes) {
-    if (info.name == name && info.dtype != DType::kQ8_0) return info.dtype;
+    if (info.name == name && !dtype_is_quantized(info.dtype)) return info.dtype;
   }
   return std::nullopt;
 }
@@ -91,16 +89,20 @@ std::optional<uint64_t> dtype_byte_size(DType dtype, uint64_t elements) {
   return bytes;
 }
 
+bool dtype_is_quantized(DType dtype) {
+  return static_cast<int>(dtype) >= static_cast<int>(DType::kQ8_0);
+}
+
 bool dtype_converts_to_f32(DType dtype) {
   switch (dtype) {
     case DType::kF32:
     case DType::kF16:
     case DType::kBF16:
     case DType::kF64:
-    case DType::kQ8_0:
+    case DType::kF8E4M3:
       return true;
     default:
-      return false;
+      return dtype_is_quantized(dtype);
   }
 }
 
@@ -186,19 +188,17 @@ void convert_to_f32(DType dtype, std::span<const std::byte> src, std::span<float
         dst[i] = static_cast<float>(v);
       }
       return;
-    case DType::kQ8_0:
-      for (size_t block = 0; block < dst.size() / kQ8Block; ++block) {
-        const std::byte* b = p + block * kQ8BlockBytes;
-        const float scale = f16_to_f32(load_u16(b));
-        for (size_t j = 0; j < kQ8Block; ++j) {
-          const auto q = static_cast<int8_t>(b[2 + j]);
-          dst[block * kQ8Block + j] = scale * static_cast<float>(q);
-        }
-      }
+    case DType::kF8E4M3:
+      quant::dequantize_row(quant::Type::kF8E4M3, p, dst.data(), dst.size());
       return;
     default:
+      if (dtype_is_quantized(dtype)) {
+        quant::dequantize_row(quant_type_of(dtype), p, dst.data(), dst.size());
+        return;
+      }
       fail(std::string(what), "dtype",
-           "expected F32, F16, BF16, F64 or Q8_0 to convert to f32, found {}", dtype_name(dtype));
+           "expected F32, F16, BF16, F64, F8_E4M3 or a GGUF block type to convert to f32, found {}",
+           dtype_name(dtype));
   }
 }
 
@@ -227,27 +227,14 @@ void convert_from_f32(DType dtype, std::span<const float> src, std::span<std::by
         std::memcpy(p + 2 * i, &h, 2);
       }
       return;
-    case DType::kQ8_0:
-      // ggml's reference quantizer: scale = max|x| / 127, q = round(x / scale).
-      for (size_t block = 0; block < src.size() / kQ8Block; ++block) {
-        const float* x = src.data() + block * kQ8Block;
-        float amax = 0.0f;
-        for (size_t j = 0; j < kQ8Block; ++j) amax = std::max(amax, std::fabs(x[j]));
-        const float scale = amax / 127.0f;
-        const float inverse = scale != 0.0f ? 1.0f / scale : 0.0f;
-        std::byte* b = p + block * kQ8BlockBytes;
-        const uint16_t h = f32_to_f16(scale);
-        std::memcpy(b, &h, 2);
-        for (size_t j = 0; j < kQ8Block; ++j) {
-          float q = std::round(x[j] * inverse);
-          if (std::isnan(q)) q = 0.0f;  // NaN / inf inputs: keep the cast below defined
-          b[2 + j] = static_cast<std::byte>(static_cast<int8_t>(std::clamp(q, -128.0f, 127.0f)));
-        }
-      }
-      return;
     default:
+      if (dtype_is_quantized(dtype)) {  // Q8_0: ggml's rounding; others: quant/quantize.cpp
+        quant::quantize_row(quant_type_of(dtype), src.data(), p, src.size());
+        return;
+      }
       fail(std::string(what), "dtype",
-           "expected F32, F16, BF16 or Q8_0 to convert from f32, found {}", dtype_name(dtype));
+           "expected F32, F16, BF16 or a GGUF block type to convert from f32, found {}",
+           dtype_name(dtype));
   }
 }
 

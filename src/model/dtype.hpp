@@ -31,7 +31,17 @@ enum class DType : uint8_t {
   kF8E4M3,  // safetensors "F8_E4M3" (parsed, not converted)
   kF8E5M2,  // safetensors "F8_E5M2" (parsed, not converted)
   kQ8_0,    // ggml Q8_0: blocks of 32 int8 with one f16 scale (34 bytes per block)
+  kQ4_0,    // ggml block types (byte layouts in quant/quant.hpp); GGUF only
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
 };
+
+// True for the ggml block types (Q8_0 .. Q6_K).
+bool dtype_is_quantized(DType dtype);
 
 // Upper-case name as safetensors writes it ("F32", "BF16", "I64", "BOOL", "F8_E4M3"); Q8_0 is
 // "Q8_0" (GGUF only).
@@ -47,7 +57,8 @@ uint64_t dtype_size(DType dtype);
 // Bytes needed for `elements` elements: nullopt if that overflows uint64 or (for block types)
 // `elements` is not a whole number of blocks.
 std::optional<uint64_t> dtype_byte_size(DType dtype, uint64_t elements);
-// True for the types convert_to_f32 understands: F32, F16, BF16, F64, Q8_0.
+// True for the types convert_to_f32 understands: F32, F16, BF16, F64, the block types, and
+// F8_E4M3 (raw values: its block scales live in a separate tensor).
 bool dtype_converts_to_f32(DType dtype);
 
 // Scalar conversions. f32 -> bf16 / f16 round to nearest, ties to even; NaN stays NaN (quiet),
@@ -62,7 +73,7 @@ uint16_t f32_to_f16(float value);
 // converted or the sizes disagree.
 void convert_to_f32(DType dtype, std::span<const std::byte> src, std::span<float> dst,
                     std::string_view what = "tensor");
-// Encodes f32 values as F32, F16 or BF16 (or Q8_0, ggml's rounding) into `dst`
+// Encodes f32 values as F32, F16, BF16 or a block type (quant::quantize_row) into `dst`
 // (dst.size() == dtype_byte_size(dtype, src.size())). Throws steermoe::Error otherwise.
 void convert_from_f32(DType dtype, std::span<const float> src, std::span<std::byte> dst,
                       std::string_view what = "tensor");

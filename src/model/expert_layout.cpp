@@ -33,7 +33,10 @@ link::PartSource locate(const kernels::Matrix& m,
   SM_ASSERT_MSG(m.row_stride == 0 || m.row_stride == m.cols, "expert matrices are contiguous");
   link::PartSource part;
   part.source = static_cast<const std::byte*>(m.data);
-  part.bytes = matrix_bytes(m);
+  // The element bytes (in the stored type: BF16, a GGUF block type, FP8). FP8's block scales
+  // (kernels::matrix_ranges(m).range[1]) are small, live in host memory and are not moved: a
+  // rebased matrix keeps the original's scale pointer.
+  part.bytes = kernels::matrix_ranges(m).range[0].bytes;
   const std::less<const std::byte*> before;
   for (size_t i = 0; i < maps.size(); ++i) {
     const std::byte* begin = maps[i].data();
@@ -73,9 +76,9 @@ SwigluWeights rebase_expert(const SwigluWeights& original, const link::ExpertLay
                             int32_t moe_layer, int32_t expert, const std::byte* slot) {
   const auto parts = layout.parts(moe_layer, expert);
   SM_ASSERT_MSG(parts.size() == 3, "expert layout from model::expert_layout (gate, up, down)");
-  SM_ASSERT(parts[0].bytes == matrix_bytes(original.gate) &&
-            parts[1].bytes == matrix_bytes(original.up) &&
-            parts[2].bytes == matrix_bytes(original.down));
+  auto data_bytes = [](const kernels::Matrix& m) { return kernels::matrix_ranges(m).range[0].bytes; };
+  SM_ASSERT(parts[0].bytes == data_bytes(original.gate) && parts[1].bytes == data_bytes(original.up) &&
+            parts[2].bytes == data_bytes(original.down));
   SwigluWeights s = original;
   s.gate.data = slot + parts[0].slot_offset;
   s.up.data = slot + parts[1].slot_offset;

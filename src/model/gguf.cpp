@@ -217,8 +217,10 @@ std::array<GgmlTypeTraits, 33> build_ggml_types() {
       make_traits(0xffffffff, "", 0, 0),  // sentinel, never matched
   }};
   const std::pair<uint32_t, DType> viewable[] = {
-      {0, DType::kF32},  {1, DType::kF16},  {8, DType::kQ8_0}, {24, DType::kI8},  {25, DType::kI16},
-      {26, DType::kI32}, {27, DType::kI64}, {28, DType::kF64}, {30, DType::kBF16}};
+      {0, DType::kF32},  {1, DType::kF16},   {8, DType::kQ8_0},  {2, DType::kQ4_0},
+      {3, DType::kQ4_1}, {6, DType::kQ5_0},  {7, DType::kQ5_1},  {12, DType::kQ4_K},
+      {13, DType::kQ5_K}, {14, DType::kQ6_K}, {24, DType::kI8},  {25, DType::kI16},
+      {26, DType::kI32}, {27, DType::kI64},  {28, DType::kF64},  {30, DType::kBF16}};
   for (auto& traits : t) {
     for (const auto& [id, dtype] : viewable) {
       if (traits.id == id && !traits.name.empty()) traits.dtype = dtype;
@@ -591,7 +593,8 @@ const GgufTensorInfo* GgufFile::find_tensor_info(std::string_view name) const {
 TensorView GgufFile::view_of(const GgufTensorInfo& info) const {
   if (!info.dtype) {
     fail(name_, fmt::format("tensor '{}'", info.name),
-         "type {} is not supported (supported: F32, F16, BF16, Q8_0, F64, I8, I16, I32, I64)",
+         "type {} is not supported (supported: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+         "Q4_K, Q5_K, Q6_K, F64, I8, I16, I32, I64)",
          info.type_name);
   }
   TensorView view;

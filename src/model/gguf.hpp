@@ -96,7 +96,8 @@ struct GgmlTypeTraits {
 };
 // nullopt for unknown / removed type numbers.
 std::optional<GgmlTypeTraits> ggml_type_traits(uint32_t ggml_type);
-// ggml type number for a DType GGUF can store (F32, F16, BF16, F64, I8, I16, I32, I64, Q8_0);
+// ggml type number for a DType GGUF can store (F32, F16, BF16, F64, I8, I16, I32, I64 and the
+// block types Q8_0 .. Q6_K);
 // nullopt otherwise.
 std::optional<uint32_t> ggml_type_of(DType dtype);
 

@@ -13,7 +13,7 @@ namespace steermoe::model {
 namespace {
 
 constexpr uint64_t kMaxDims = 4;
-// f32 values converted per chunk by add_tensor_f32 (a multiple of the Q8_0 block).
+// f32 values converted per chunk by add_tensor_f32 (a multiple of every block: 32 and 256).
 constexpr size_t kConvertChunkElements = size_t{32} * 8192;
 
 uint64_t align_up(uint64_t x, uint64_t alignment) {

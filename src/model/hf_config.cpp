@@ -213,6 +213,31 @@ void fill_common(const Fields& f, ModelConfig& c) {
   if (f.boolean_or("attention_bias", false)) {
     fail(f.where(), "attention_bias", "expected false (attention biases are not supported)");
   }
+  // FP8 checkpoints (DeepSeek-V3 / Qwen3 convention): E4M3 weights with 128 x 128 block scales
+  // in "<name>_scale_inv" tensors. Other quantization methods are rejected here.
+  if (f.has("quantization_config") && !f.raw("quantization_config").is_null()) {
+    const Json& q = f.raw("quantization_config");
+    if (!q.is_object()) {
+      fail(f.where(), "quantization_config", "expected an object, found {}", q.dump());
+    }
+    Fields qf(q, f.where());
+    const std::string method = qf.string_or("quant_method", "");
+    if (method != "fp8") {
+      fail(f.where(), "quantization_config.quant_method", "expected \"fp8\", found \"{}\"", method);
+    }
+    const std::string fmt_name = qf.string_or("fmt", "e4m3");
+    if (fmt_name != "e4m3") {
+      fail(f.where(), "quantization_config.fmt", "expected \"e4m3\", found \"{}\"", fmt_name);
+    }
+    if (qf.has("weight_block_size")) {
+      const Json& b = qf.raw("weight_block_size");
+      if (b != Json::array({128, 128})) {
+        fail(f.where(), "quantization_config.weight_block_size", "expected [128, 128], found {}",
+             b.dump());
+      }
+    }
+    c.fp8_block_scales = true;
+  }
 }
 
 void fill_olmoe(const Fields& f, ModelConfig& c) {
@@ -295,8 +320,9 @@ void fill_deepseek_v3(const Fields& f, ModelConfig& c) {
   c.dense_ffn = static_cast<int>(f.integer("intermediate_size", 1, L::kMaxFfn));
   const int64_t shared = f.integer_or("n_shared_experts", 0, 0, L::kMaxExperts);
   if (shared * c.expert_ffn > L::kMaxFfn) {
-    fail(f.where(), "n_shared_experts", "n_shared_experts x moe_intermediate_size must be <= {}, found {}",
-         L::kMaxFfn, shared * c.expert_ffn);
+    fail(f.where(), "n_shared_experts",
+         "n_shared_experts x moe_intermediate_size must be <= {}, found {}", L::kMaxFfn,
+         shared * c.expert_ffn);
   }
   c.shared_ffn = static_cast<int>(shared * c.expert_ffn);
   c.norm_topk_prob = f.boolean_or("norm_topk_prob", false);

@@ -14,8 +14,43 @@
 namespace steermoe::model {
 
 uint64_t matrix_bytes(const kernels::Matrix& m) {
-  const uint64_t element = m.dtype == kernels::DType::kF32 ? 4 : 2;  // F32 or BF16 / F16
-  return static_cast<uint64_t>(m.rows) * m.cols * element;
+  return kernels::stored_bytes(m);
+}
+
+std::optional<kernels::DType> kernel_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::kF32:
+      return kernels::DType::kF32;
+    case DType::kBF16:
+      return kernels::DType::kBF16;
+    case DType::kF16:
+      return kernels::DType::kF16;
+    case DType::kF8E4M3:
+      return kernels::DType::kF8E4M3;
+    default:
+      if (dtype_is_quantized(dtype)) {
+        return static_cast<kernels::DType>(static_cast<int>(kernels::DType::kQ8_0) +
+                                           static_cast<int>(dtype) -
+                                           static_cast<int>(DType::kQ8_0));
+      }
+      return std::nullopt;
+  }
+}
+
+DType model_dtype(kernels::DType dtype) {
+  switch (dtype) {
+    case kernels::DType::kF32:
+      return DType::kF32;
+    case kernels::DType::kBF16:
+      return DType::kBF16;
+    case kernels::DType::kF16:
+      return DType::kF16;
+    case kernels::DType::kF8E4M3:
+      return DType::kF8E4M3;
+    default:
+      return static_cast<DType>(static_cast<int>(DType::kQ8_0) + static_cast<int>(dtype) -
+                                static_cast<int>(kernels::DType::kQ8_0));
+  }
 }
 
 namespace {
@@ -140,6 +175,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
   }
   const std::string embed_name = gguf ? "token_embd.weight" : b.hf_prefix() + "embed_tokens.weight";
   m->embed_ = b.require(embed_name, {V, H});
+  if (m->embed_.dtype == DType::kF8E4M3) {
+    fail(path.string(), "tensor '" + m->embed_.name + "'",
+         "expected a token embedding in F32, F16, BF16 or a GGUF block type, found F8_E4M3");
+  }
   m->final_norm_ = b.vector(gguf ? "output_norm.weight" : b.hf_prefix() + "norm.weight", H);
   const std::string head = gguf ? "output.weight" : "lm_head.weight";
   if (c.tied_embeddings || !b.has(head)) {

@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -109,7 +110,7 @@ class Model {
   const WeightVector& final_norm() const { return final_norm_; }
   // The embedding row of `token` in f32 (token must be < vocab; checked by the caller).
   void embed(int token, float* out) const;
-  // The token embedding as stored (used in place; rows are converted on lookup).
+  // The token embedding as stored (used in place; rows are dequantized on lookup).
   const TensorView& embedding() const { return embed_; }
   // Storage dtype of the big matrices (the embedding's), e.g. for reports.
   DType weight_dtype() const { return embed_.dtype; }
@@ -136,7 +137,14 @@ class Model {
   std::vector<std::vector<std::byte>> owned_;  // rearranged / converted tensors
 };
 
-// Bytes of a matrix's elements (rows * cols * element size).
+// Bytes of a matrix: kernels::stored_bytes (elements in the stored type, plus FP8 scales). The
+// one helper for expert copies, bytes_per_token and traces' expert_bytes; the ranges to copy
+// are kernels::matrix_ranges.
 uint64_t matrix_bytes(const kernels::Matrix& m);
+
+// The kernels dtype of a stored dtype the kernels use in place (F32, BF16, F16, the block types,
+// F8_E4M3); nullopt for the others (F64, integers), which are converted to an F32 copy.
+std::optional<kernels::DType> kernel_dtype(DType dtype);
+DType model_dtype(kernels::DType dtype);
 
 }  // namespace steermoe::model

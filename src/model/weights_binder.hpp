@@ -5,7 +5,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cmath>
 #include <cstring>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -55,8 +57,16 @@ class WeightBinder {
            t->shape_string());
     }
     if (!dtype_converts_to_f32(t->dtype)) {
-      fail(where_, "tensor '" + name + "'", "expected dtype F32, F16 or BF16, found {}",
+      fail(where_, "tensor '" + name + "'",
+           "expected dtype F32, F16, BF16, F8_E4M3 or a GGUF block type, found {}",
            dtype_name(t->dtype));
+    }
+    // Block types: rows must be whole blocks (the readers checked the total size already).
+    if (dtype_is_quantized(t->dtype) && !t->shape.empty() &&
+        t->shape.back() % dtype_block_elements(t->dtype) != 0) {
+      fail(where_, "tensor '" + name + "'",
+           "rows of {} elements are not a whole number of {} blocks of {}", t->shape.back(),
+           dtype_name(t->dtype), dtype_block_elements(t->dtype));
     }
     return *t;
   }
@@ -76,6 +86,9 @@ class WeightBinder {
 
   WeightVector vector(const std::string& name, uint64_t n) {
     const TensorView t = require(name, {n});
+    if (t.dtype == DType::kF8E4M3) {
+      fail(where_, "tensor '" + name + "'", "expected a vector in F32, F16 or BF16, found F8_E4M3");
+    }
     WeightVector v;
     static_cast<std::vector<float>&>(v) = t.to_f32();
     v.source_dtype = t.dtype;
@@ -129,25 +142,78 @@ class WeightBinder {
   }
 
  private:
+  // FP8 block scales of tensor t ("<name>_scale_inv", f32 or bf16, shape = t's leading dims +
+  // [ceil(rows / 128), ceil(cols / 128)]), converted once to an owned, checked f32 copy.
+  const float* fp8_scales(const TensorView& t) {
+    const auto cached = fp8_scales_.find(t.name);
+    if (cached != fp8_scales_.end()) return cached->second;
+    const std::string sname = t.name + "_scale_inv";
+    const auto s = find(sname);
+    if (!s) {
+      fail(where_, "tensor '" + t.name + "'",
+           "F8_E4M3 weights need block scales '{}' (quantization_config fp8), which are missing",
+           sname);
+    }
+    std::vector<uint64_t> want = t.shape;
+    SM_ASSERT(want.size() >= 2);
+    const uint64_t b = kernels::kFp8ScaleBlock;
+    want[want.size() - 2] = (want[want.size() - 2] + b - 1) / b;
+    want.back() = (want.back() + b - 1) / b;
+    if (s->shape != want) {
+      fail(where_, "tensor '" + sname + "'",
+           "expected shape [{}] (128 x 128 blocks of {} {}), found {}", fmt::join(want, ", "),
+           t.name, t.shape_string(), s->shape_string());
+    }
+    if (s->dtype != DType::kF32 && s->dtype != DType::kBF16 && s->dtype != DType::kF16) {
+      fail(where_, "tensor '" + sname + "'", "expected dtype F32, BF16 or F16, found {}",
+           dtype_name(s->dtype));
+    }
+    std::vector<std::byte> bytes(s->elements() * sizeof(float));
+    auto* f = reinterpret_cast<float*>(bytes.data());
+    s->to_f32({f, static_cast<size_t>(s->elements())});
+    for (uint64_t i = 0; i < s->elements(); ++i) {
+      if (!std::isfinite(f[i])) {
+        fail(where_, "tensor '" + sname + "'", "expected finite scales, found {} at element {}",
+             f[i], i);
+      }
+    }
+    const auto* p = reinterpret_cast<const float*>(own(std::move(bytes)));
+    fp8_scales_[t.name] = p;
+    return p;
+  }
+
   kernels::Matrix as_matrix(const TensorView& t, uint64_t rows, uint64_t cols, uint64_t first_row) {
     kernels::Matrix m;
     m.rows = rows;
     m.cols = cols;
     const uint64_t elements = rows * cols;
-    if (t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16) {
-      m.dtype = t.dtype == DType::kF32    ? kernels::DType::kF32
-                : t.dtype == DType::kBF16 ? kernels::DType::kBF16
-                                          : kernels::DType::kF16;
-      m.data = t.data + first_row * cols * dtype_size(t.dtype);
-      return m;
-    }
-    // Other float types (F64, Q8_0): an owned f32 copy of just these rows. A Q8_0 row must be a
-    // whole number of 32-element blocks, otherwise rows cannot be addressed.
     const auto row_bytes = dtype_byte_size(t.dtype, cols);
     if (!row_bytes) {
       fail(where_, "tensor '" + t.name + "'", "rows of {} elements cannot be stored as {}", cols,
            dtype_name(t.dtype));
     }
+    if (const auto kd = kernel_dtype(t.dtype)) {
+      // Used in place, in the stored type (block types and FP8 included).
+      m.dtype = *kd;
+      m.data = t.data + first_row * *row_bytes;
+      if (t.dtype == DType::kF8E4M3) {
+        const uint64_t b = kernels::kFp8ScaleBlock;
+        const uint64_t total_rows = t.shape.size() >= 2 ? t.shape[t.shape.size() - 2] : rows;
+        const uint64_t scale_cols = (cols + b - 1) / b;
+        const uint64_t scale_rows_per_slice = (total_rows + b - 1) / b;
+        // first_row counts rows across stacked slices: slice s = first_row / total_rows.
+        const uint64_t slice = first_row / total_rows;
+        const uint64_t in_slice = first_row % total_rows;
+        if (in_slice % b != 0) {
+          fail(where_, "tensor '" + t.name + "'",
+               "F8_E4M3 matrices must start on a 128-row scale block (row {})", in_slice);
+        }
+        m.scales = fp8_scales(t) + (slice * scale_rows_per_slice + in_slice / b) * scale_cols;
+        m.scale_stride = scale_cols;
+      }
+      return m;
+    }
+    // Other float types (F64): an owned f32 copy of just these rows.
     std::vector<std::byte> bytes(elements * sizeof(float));
     convert_to_f32(t.dtype,
                    {t.data + first_row * *row_bytes, static_cast<size_t>(rows * *row_bytes)},
@@ -160,6 +226,7 @@ class WeightBinder {
   Model& m_;
   std::string where_;
   std::string hf_prefix_ = "model.";
+  std::map<std::string, const float*> fp8_scales_;
 };
 
 // Family binders (arch_gqa.cpp, arch_deepseek.cpp).

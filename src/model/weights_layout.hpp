@@ -99,9 +99,17 @@ void write_model(const ModelConfig& config, const std::filesystem::path& path,
                  const SlotSource& source,
                  const std::vector<std::pair<std::string, GgufValue>>& extra_gguf = {});
 
-// Source reading every slot from a loaded model (for convert): matrices keep their dtype,
-// vectors their source dtype; the MLA split / rebuild and expert stacking are done here.
-SlotSource model_slot_source(const Model& model);
+// Chooses a slot's output dtype from the slot and its stored dtype (convert: keep it where the
+// format can hold it; quantize: the mixture).
+using DTypeChooser = std::function<DType(const TensorSlot&, DType stored)>;
+
+// Source reading every slot from a loaded model (for convert and quantize): without a chooser
+// matrices keep their dtype (bytes copied unchanged) and vectors their source dtype; a chosen
+// dtype that differs is produced by dequantizing to f32 and encoding (quantizing) row by row.
+// The MLA split / rebuild and expert stacking are done here.
+SlotSource model_slot_source(const Model& model, DTypeChooser choose = {});
+// The dtype a slot has in the loaded model.
+DType stored_dtype(const Model& model, const TensorSlot& slot);
 
 // Source of random weights (for make-model): matrices uniform with std 1/sqrt(fan_in), the
 // embedding std 1, norm weights 1 + std 0.1, correction bias std 0.1 (variances as the oracle's

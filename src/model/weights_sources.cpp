@@ -13,15 +13,7 @@ namespace steermoe::model {
 namespace {
 
 DType to_model_dtype(kernels::DType d) {
-  switch (d) {
-    case kernels::DType::kF32:
-      return DType::kF32;
-    case kernels::DType::kBF16:
-      return DType::kBF16;
-    case kernels::DType::kF16:
-      return DType::kF16;
-  }
-  return DType::kF32;
+  return model_dtype(d);
 }
 
 const kernels::Matrix& expert_matrix(const LayerWeights& w, Role role, size_t e) {
@@ -298,22 +290,75 @@ const WeightVector* vector_of(const Model& m, const TensorSlot& s) {
   }
 }
 
+uint64_t element_size(kernels::DType d) {
+  return kernels::dtype_size(d);
+}
 
+// The rows of `mat` stored as `dtype`: the bytes unchanged when the type is kept, otherwise
+// dequantized row by row to f32 and encoded as `dtype` (convert_from_f32).
+void write_matrix(const kernels::Matrix& mat, DType dtype, OutputFile& out,
+                  const std::string& name) {
+  if (to_model_dtype(mat.dtype) == dtype && mat.dtype != kernels::DType::kF8E4M3) {
+    SM_ASSERT(mat.row_stride == 0 || mat.row_stride == mat.cols);
+    out.write(mat.data, mat.rows * kernels::row_bytes(mat.dtype, mat.cols));
+    return;
+  }
+  std::vector<float> row(mat.cols);
+  std::vector<std::byte> bytes(*dtype_byte_size(dtype, mat.cols));
+  for (size_t r = 0; r < mat.rows; ++r) {
+    kernels::dequantize_row(mat, r, row.data());
+    convert_from_f32(dtype, row, bytes, name);
+    out.write(bytes);
+  }
+}
 
-void write_matrix(const kernels::Matrix& mat, OutputFile& out) {
-  SM_ASSERT(mat.row_stride == 0 || mat.row_stride == mat.cols);
-  out.write(mat.data, mat.rows * mat.cols * element_size(mat.dtype));
+kernels::Matrix embedding_matrix(const Model& m) {
+  const TensorView& e = m.embedding();
+  kernels::Matrix mat;
+  mat.data = e.data;
+  mat.dtype = *kernel_dtype(e.dtype);
+  mat.rows = e.shape[0];
+  mat.cols = e.shape[1];
+  return mat;
+}
+
+// kv_b [H * (nope + v), kv_lora] as f32.
+std::vector<float> kv_b_f32(const kernels::Matrix& kvb) {
+  std::vector<float> v(kvb.rows * kvb.cols);
+  for (size_t r = 0; r < kvb.rows; ++r) kernels::dequantize_row(kvb, r, v.data() + r * kvb.cols);
+  return v;
 }
 
 // GGUF attn_k_b [H, kv_lora, nope] / attn_v_b [H, v, kv_lora] from kv_b [H * (nope + v), kv_lora].
-void write_mla_half(const Model& m, const TensorSlot& s, OutputFile& out) {
+void write_mla_half(const Model& m, const TensorSlot& s, DType dtype, OutputFile& out) {
   const ModelConfig& c = m.config();
   const kernels::Matrix& kvb = m.layer(s.layer).kv_b;
-  const uint64_t es = element_size(kvb.dtype);
   const auto heads = static_cast<uint64_t>(c.heads),
              lora = static_cast<uint64_t>(c.mla.kv_lora_rank);
   const auto nope = static_cast<uint64_t>(c.mla.qk_nope_head_dim),
              vd = static_cast<uint64_t>(c.mla.v_head_dim);
+  if (to_model_dtype(kvb.dtype) != dtype || kernels::dtype_is_block(kvb.dtype) ||
+      kvb.dtype == kernels::DType::kF8E4M3) {
+    // Through f32: rearrange, then encode each half as `dtype`.
+    const std::vector<float> v = kv_b_f32(kvb);
+    std::vector<float> half;
+    half.reserve(heads * lora * (s.role == Role::kVB ? vd : nope));
+    for (uint64_t h = 0; h < heads; ++h) {
+      if (s.role == Role::kVB) {
+        const float* base = v.data() + (h * (nope + vd) + nope) * lora;
+        half.insert(half.end(), base, base + vd * lora);
+      } else {
+        for (uint64_t col = 0; col < lora; ++col) {
+          for (uint64_t r = 0; r < nope; ++r) half.push_back(v[(h * (nope + vd) + r) * lora + col]);
+        }
+      }
+    }
+    std::vector<std::byte> bytes(*dtype_byte_size(dtype, half.size()));
+    convert_from_f32(dtype, half, bytes, s.name);
+    out.write(bytes);
+    return;
+  }
+  const uint64_t es = element_size(kvb.dtype);
   const auto* base = static_cast<const std::byte*>(kvb.data);
   if (s.role == Role::kVB) {
     for (uint64_t h = 0; h < heads; ++h)
@@ -347,33 +392,44 @@ uint64_t hash_name(const std::string& s) {
 
 }  // namespace
 
-SlotSource model_slot_source(const Model& m) {
+DType stored_dtype(const Model& m, const TensorSlot& s) {
+  if (s.role == Role::kEmbed) return m.weight_dtype();
+  if (auto d = hybrid_dtype(m, s)) return *d;
+  if (const WeightVector* v = vector_of(m, s)) return v->source_dtype;
+  if (const kernels::Matrix* mat = matrix_of(m, s)) return to_model_dtype(mat->dtype);
+  if (s.role == Role::kKB || s.role == Role::kVB)
+    return to_model_dtype(m.layer(s.layer).kv_b.dtype);
+  SM_ASSERT(s.expert < 0);  // stacked experts
+  return to_model_dtype(expert_matrix(m.layer(s.layer), s.role, 0).dtype);
+}
+
+SlotSource model_slot_source(const Model& m, DTypeChooser choose) {
   SlotSource src;
-  src.dtype_of = [&m](const TensorSlot& s) -> DType {
-    if (s.role == Role::kEmbed) return m.weight_dtype();
-    if (auto d = hybrid_dtype(m, s)) return *d;
-    if (const WeightVector* v = vector_of(m, s)) return v->source_dtype;
-    if (const kernels::Matrix* mat = matrix_of(m, s)) return to_model_dtype(mat->dtype);
-    if (s.role == Role::kKB || s.role == Role::kVB)
-      return to_model_dtype(m.layer(s.layer).kv_b.dtype);
-    SM_ASSERT(s.expert < 0);  // stacked experts
-    return to_model_dtype(expert_matrix(m.layer(s.layer), s.role, 0).dtype);
+  src.dtype_of = [&m, choose](const TensorSlot& s) -> DType {
+    const DType stored = stored_dtype(m, s);
+    return choose ? choose(s, stored) : stored;
   };
   src.produce = [&m](const TensorSlot& s, DType dtype, OutputFile& out) {
     if (produce_hybrid(m, s, dtype, out)) return;
     if (s.role == Role::kEmbed) {
-      out.write(m.embedding().bytes());
+      if (m.weight_dtype() == dtype) {
+        out.write(m.embedding().bytes());
+      } else {
+        write_matrix(embedding_matrix(m), dtype, out, s.name);
+      }
     } else if (const WeightVector* v = vector_of(m, s)) {
       std::vector<std::byte> bytes(*dtype_byte_size(dtype, v->size()));
       convert_from_f32(dtype, *v, bytes, s.name);
       out.write(bytes);
     } else if (const kernels::Matrix* mat = matrix_of(m, s)) {
-      write_matrix(*mat, out);
+      write_matrix(*mat, dtype, out, s.name);
     } else if (s.role == Role::kKB || s.role == Role::kVB) {
-      write_mla_half(m, s, out);
+      write_mla_half(m, s, dtype, out);
     } else {
       const LayerWeights& w = m.layer(s.layer);
-      for (size_t e = 0; e < w.experts.size(); ++e) write_matrix(expert_matrix(w, s.role, e), out);
+      for (size_t e = 0; e < w.experts.size(); ++e) {
+        write_matrix(expert_matrix(w, s.role, e), dtype, out, s.name);
+      }
     }
   };
   return src;

@@ -9,6 +9,7 @@
 #include <new>
 
 #include "engine/engine.hpp"
+#include "model/weights_layout.hpp"
 
 namespace {
 std::atomic<long> g_allocations{0};
@@ -110,6 +111,34 @@ TEST(NoAllocation, HybridAndVariantDecodeAllocatesNothing) {
   for (const char* m : {"qwen3_next", "qwen3_5_moe", "deepseek_v3_yarn", "olmoe_clip"}) {
     SCOPED_TRACE(m);
     auto model = model::Model::load(data / m);
+    for (int threads : {1, 2}) {
+      Engine engine(*model, {.threads = threads, .context = 64});
+      engine.decode(1);
+      engine.decode(2);
+      const long before = g_allocations.load();
+      for (int t = 0; t < 20; ++t) engine.decode(static_cast<int32_t>(10 + t));
+      EXPECT_EQ(g_allocations.load() - before, 0) << threads << " threads";
+    }
+  }
+}
+
+// The same with quantized weights (Q8_0 where rows are whole blocks, Q4_K where they are whole
+// super-blocks): the int8 activation scratch also grows once.
+TEST(NoAllocation, QuantizedDecodeAllocatesNothing) {
+  for (const char* m : {"olmoe", "deepseek2_v3"}) {
+    SCOPED_TRACE(m);
+    auto source = model::Model::load(kOracle / m / "model.gguf");
+    const fs::path q = fs::path(testing::TempDir()) / (std::string("noalloc_q_") + m + ".gguf");
+    model::write_model(
+        source->config(), q,
+        model::model_slot_source(*source, [](const model::TensorSlot& s, model::DType d) {
+          if (s.vector()) return d;
+          if (s.shape.back() % 256 == 0) return model::DType::kQ4_K;
+          return s.shape.back() % 32 == 0 ? model::DType::kQ8_0 : d;
+        }));
+    auto model = model::Model::load(q);
+    ASSERT_TRUE(kernels::dtype_is_block(model->layer(1).experts[0].gate.dtype));
+    ASSERT_TRUE(kernels::dtype_is_block(model->lm_head().dtype));
     for (int threads : {1, 2}) {
       Engine engine(*model, {.threads = threads, .context = 64});
       engine.decode(1);

@@ -236,13 +236,41 @@ TEST(GgufReader, RejectsBadTensorTypes) {
 
 TEST(GgufReader, UnsupportedTypesParseButCannotBeViewed) {
   HandGguf g;
-  g.tensors = {{"k", {256}, kQ4_K, 0}};
-  g.data_bytes = 160;  // 144 bytes of Q4_K + padding
+  g.tensors = {{"k", {256}, 10, 0}};  // Q2_K: 84 bytes per 256
+  g.data_bytes = 96;
   const GgufFile f = g.parse();
-  EXPECT_EQ(f.tensor_infos()[0].type_name, "Q4_K");
-  EXPECT_EQ(f.tensor_infos()[0].nbytes, 144u);
+  EXPECT_EQ(f.tensor_infos()[0].type_name, "Q2_K");
+  EXPECT_EQ(f.tensor_infos()[0].nbytes, 84u);
   EXPECT_FALSE(f.tensor_infos()[0].dtype.has_value());
-  EXPECT_ERROR_WITH(f.tensor("k"), "tensor 'k'", "type Q4_K is not supported");
+  EXPECT_ERROR_WITH(f.tensor("k"), "tensor 'k'", "type Q2_K is not supported");
+}
+
+// Every block type steermoe computes on is viewed in its stored type with ggml's byte sizes; a
+// row that is not a whole number of blocks is rejected naming the tensor.
+TEST(GgufReader, BlockTypesAreViewedInPlace) {
+  struct Case {
+    uint32_t id;
+    DType dtype;
+    uint64_t block, bytes;
+  };
+  for (const Case& c :
+       {Case{2, DType::kQ4_0, 32, 18}, Case{3, DType::kQ4_1, 32, 20}, Case{6, DType::kQ5_0, 32, 22},
+        Case{7, DType::kQ5_1, 32, 24}, Case{kQ4_K, DType::kQ4_K, 256, 144},
+        Case{13, DType::kQ5_K, 256, 176}, Case{14, DType::kQ6_K, 256, 210}}) {
+    SCOPED_TRACE(c.id);
+    HandGguf g;
+    g.tensors = {{"w", {c.block, 2}, c.id, 0}};
+    g.data_bytes = (2 * c.bytes + 31) / 32 * 32;
+    const GgufFile f = g.parse();
+    const TensorView v = f.tensor("w");
+    EXPECT_EQ(v.dtype, c.dtype);
+    EXPECT_EQ(v.nbytes, 2 * c.bytes);
+    EXPECT_EQ(v.to_f32().size(), 2 * c.block);  // zero bytes: all zeros
+    HandGguf bad;
+    bad.tensors = {{"w", {c.block / 2, 4}, c.id, 0}};
+    const std::string want = fmt::format("multiple of {}", c.block);
+    EXPECT_ERROR_WITH(bad.parse(), std::string("tensor 'w'"), want);
+  }
 }
 
 TEST(GgufReader, Q8_0Tensor) {

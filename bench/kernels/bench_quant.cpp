@@ -1,0 +1,153 @@
+// Decode matvec on quantized weights against the read-bandwidth floor of the bytes it reads.
+// Run with --benchmark_format=json. One iteration = a pass of the AVX-512 (or AVX2) sum over a
+// 256 MiB pool, then a pass of matvecs over the same pool cut into rows x cols matrices of the
+// type, 1 thread; the passes alternate so load from elsewhere hits both alike. Counters (CPU time
+// of the calling thread): read_cpu_bytes_per_second, matvec_cpu_bytes_per_second (stored bytes
+// of the weights, scales included) and matvec_fraction_of_read (the goal: >= 0.9).
+//
+//   bench_quant --benchmark_format=json
+//   bench_quant --benchmark_filter='/isa:1/'    # the AVX2 path only
+#include <benchmark/benchmark.h>
+#include <time.h>
+
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_common/read_sum.hpp"
+#include "kernels/kernels.hpp"
+#include "quant/quant.hpp"
+
+namespace {
+
+using namespace steermoe::kernels;
+namespace quant = steermoe::quant;
+
+constexpr size_t kPoolBytes = size_t{256} << 20;
+
+double thread_cpu_seconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+
+// Random bytes with every f16 scale field set to a small finite value (the numbers do not matter
+// for speed, only that no NaN/denormal slows anything down).
+const std::vector<uint8_t>& pool(DType t) {
+  static std::map<DType, std::vector<uint8_t>> pools;
+  auto& p = pools[t];
+  if (!p.empty()) return p;
+  p.resize(kPoolBytes);
+  std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
+  for (size_t i = 0; i + 8 <= p.size(); i += 8) {
+    const uint64_t v = rng();
+    std::memcpy(p.data() + i, &v, 8);
+  }
+  const uint16_t h = quant::f32_to_f16(0.01f);
+  const size_t bb = dtype_block_bytes(t);
+  std::vector<size_t> offsets;
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0:
+    case DType::kQ5_0:
+      offsets = {0};
+      break;
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      offsets = {0, 2};
+      break;
+    case DType::kQ6_K:
+      offsets = {208};
+      break;
+    case DType::kBF16:
+      for (size_t i = 0; i + 2 <= p.size(); i += 2) {
+        const uint16_t b = f32_to_bf16(static_cast<float>(p[i]) / 256.0f - 0.5f);
+        std::memcpy(p.data() + i, &b, 2);
+      }
+      break;
+    case DType::kF8E4M3:
+      for (auto& b : p) b &= 0xf7;  // no NaN codes
+      break;
+    default:
+      break;
+  }
+  if (dtype_is_block(t)) {
+    for (size_t b = 0; b + bb <= p.size(); b += bb) {
+      for (size_t o : offsets) std::memcpy(p.data() + b + o, &h, 2);
+    }
+  }
+  return p;
+}
+
+// Args: dtype (kernels::DType value), rows, cols, isa.
+void BM_QuantMatvecVsRead(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  const auto rows = static_cast<size_t>(state.range(1));
+  const auto cols = static_cast<size_t>(state.range(2));
+  const auto isa = static_cast<Isa>(state.range(3));
+  if (!isa_available(isa)) {
+    state.SkipWithError("CPU lacks this instruction set");
+    return;
+  }
+  set_active_isa(isa);
+  const bool avx512 = isa_available(Isa::kAvx512);
+  state.SetLabel(std::string(dtype_name(t)) + "/" + std::string(isa_name(isa)));
+  const auto& w = pool(t);
+  static std::vector<float> scales((rows + 127) / 128 * ((cols + 127) / 128) * 64, 0.01f);
+  Matrix m{.data = nullptr, .dtype = t, .rows = rows, .cols = cols};
+  if (t == DType::kF8E4M3) m.scales = scales.data();
+  const size_t bytes = rows * row_bytes(t, cols);
+  const size_t stored = stored_bytes(m);
+  const size_t count = kPoolBytes / bytes;
+  std::vector<float> x(cols, 0.5f), y(rows);
+  for (size_t c = 0; c < cols; ++c) x[c] = static_cast<float>(c % 17) / 17.0f - 0.4f;
+  ThreadPool pool1(1);
+  double sum_seconds = 0.0, matvec_seconds = 0.0;
+  for (auto _ : state) {
+    const double t0 = thread_cpu_seconds();
+    const auto* f = reinterpret_cast<const float*>(w.data());
+    const size_t nf = count * bytes / sizeof(float);
+    benchmark::DoNotOptimize(avx512 ? steermoe::bench::read_sum_avx512(f, nf)
+                                    : steermoe::bench::read_sum_avx2(f, nf));
+    const double t1 = thread_cpu_seconds();
+    for (size_t i = 0; i < count; ++i) {
+      m.data = w.data() + i * bytes;
+      matvec(pool1, m, x.data(), y.data());
+      benchmark::DoNotOptimize(y.data());
+    }
+    sum_seconds += t1 - t0;
+    matvec_seconds += thread_cpu_seconds() - t1;
+  }
+  const double total = static_cast<double>(state.iterations() * count);
+  state.counters["read_cpu_bytes_per_second"] = total * static_cast<double>(bytes) / sum_seconds;
+  state.counters["matvec_cpu_bytes_per_second"] =
+      total * static_cast<double>(stored) / matvec_seconds;
+  // Scales of FP8 are <0.01% of the bytes; the fraction compares equal byte counts.
+  state.counters["matvec_fraction_of_read"] = sum_seconds / matvec_seconds;
+  state.counters["us_per_matvec"] = matvec_seconds / total * 1e6;
+}
+
+void args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "rows", "cols", "isa"});
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ5_K, DType::kQ4_K,
+                  DType::kQ5_0, DType::kQ5_1, DType::kQ4_0, DType::kQ4_1, DType::kF8E4M3}) {
+    for (Isa isa : {Isa::kAvx2, best_isa()}) {
+      // OLMoE expert gate / up (1024 x 2048); down is 2048 x 1024.
+      b->Args({static_cast<int>(t), 1024, 2048, static_cast<int>(isa)});
+      if (isa == best_isa()) break;
+    }
+  }
+  b->Args({static_cast<int>(DType::kQ4_K), 2048, 1024, static_cast<int>(best_isa())});
+  b->Args({static_cast<int>(DType::kQ6_K), 2048, 1024, static_cast<int>(best_isa())});
+}
+BENCHMARK(BM_QuantMatvecVsRead)->Apply(args)->Iterations(3)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,75 @@
+// `steermoe quantize`: writes a model as a GGUF of quantized weights (a plain type or a _M
+// mixture; rules in model/quant_mix.cpp, quantizers in quant/quantize.cpp), with the tokenizer.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "common/error.hpp"
+#include "model/quant_mix.hpp"
+#include "model/weights.hpp"
+#include "model/weights_layout.hpp"
+#include "tokenizer/gguf_vocab.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+
+void add_quantize_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string type = "q4_k_m";
+    std::string output;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "quantize", "Write a model as a GGUF with quantized weights (Q8_0 .. Q6_K, _M mixtures)");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("--type", o->type, "Scheme: " + model::quant_scheme_names())
+      ->capture_default_str();
+  cmd->add_option("-o,--output", o->output, "Output .gguf path")->required();
+  cmd->final_callback([o] {
+    const auto scheme = model::parse_quant_scheme(o->type);
+    if (!scheme) {
+      fail("--type", "scheme", "expected one of {}, found '{}'", model::quant_scheme_names(),
+           o->type);
+    }
+    if (std::filesystem::path(o->output).extension() != ".gguf") {
+      fail("--output", "path", "expected a path ending in .gguf, found '{}'", o->output);
+    }
+    auto model = model::Model::load(o->model);
+    std::vector<std::pair<std::string, model::GgufValue>> extra;
+    try {
+      extra = tokenizer::gguf_metadata(tokenizer::Tokenizer::load(o->model).vocabulary());
+    } catch (const Error& e) {
+      std::fprintf(stderr, "quantize: no tokenizer copied (%s)\n", e.what());
+    }
+    const model::ModelConfig& c = model->config();
+    std::vector<std::string> notes;
+    uint64_t in_bytes = 0, out_bytes = 0;
+    for (const model::TensorSlot& s : model::tensor_layout(c, model::WeightFormat::kGguf)) {
+      std::string note;
+      const model::DType dt = model::choose_quant_dtype(*scheme, c, s, &note);
+      if (!note.empty()) notes.push_back(note);
+      in_bytes += *model::dtype_byte_size(model::stored_dtype(*model, s), s.elements());
+      out_bytes += *model::dtype_byte_size(dt, s.elements());
+    }
+    const model::QuantScheme sch = *scheme;
+    model::write_model(
+        c, o->output,
+        model::model_slot_source(*model,
+                                 [&c, sch](const model::TensorSlot& s, model::DType) {
+                                   return model::choose_quant_dtype(sch, c, s, nullptr);
+                                 }),
+        extra);
+    for (const auto& n : notes) std::fprintf(stderr, "quantize: %s\n", n.c_str());
+    std::fprintf(stderr, "quantized %s -> %s (%s): %.1f MB -> %.1f MB\n", o->model.c_str(),
+                 o->output.c_str(), sch.name.c_str(), static_cast<double>(in_bytes) / 1e6,
+                 static_cast<double>(out_bytes) / 1e6);
+  });
+}
+
+}  // namespace steermoe::cli

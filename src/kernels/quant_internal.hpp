@@ -1,0 +1,58 @@
+// Block-quantized matrix products: shared between the kernel files; not part of the API.
+//
+// Decode products on block types quantize the input vector x once per call to int8 in blocks of
+// 32 (f32 scale d = max|x| / 127, q = nearest-even(x / d), as llama.cpp's Q8 activations but with
+// an f32 scale and one scale per 32 for every weight type) and form exact integer dot products
+// per block, combined in f32 with the weight's block scales. FP8 keeps x in f32 (its weights
+// have no integer structure worth exploiting: 128-element blocks with an f32 scale).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/kernels.hpp"
+
+namespace steermoe::kernels::detail {
+
+// x quantized for one product: n (a multiple of 32) elements.
+struct ActQ8 {
+  const int8_t* q = nullptr;   // n values, 32-byte aligned
+  const float* d = nullptr;    // n / 32 scales
+  const float* s32 = nullptr;  // n / 32: d * (sum of the block's q)
+  const float* s16 = nullptr;  // n / 16: d * (sum of each half-block's q)
+};
+
+// Bytes of scratch an ActQ8 of n elements needs.
+size_t act_bytes(size_t n);
+// Carves an ActQ8 out of `scratch` (act_bytes(n) bytes, 64-byte aligned) and fills it. Every
+// implementation produces the same bits (the scalar one is the reference).
+using QuantizeActFn = ActQ8 (*)(const float* x, size_t n, void* scratch);
+ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch);
+
+// Dot product of one stored row (cols elements, a whole number of blocks) with quantized x.
+using QuantDotFn = float (*)(const uint8_t* row, const ActQ8& a, size_t cols);
+// FP8 row: scales of this row's 128-row block (ceil(cols / 128) floats), f32 x.
+using Fp8DotFn = float (*)(const uint8_t* row, const float* scales, const float* x, size_t cols);
+
+struct QuantOps {
+  QuantizeActFn quantize_act;
+  QuantDotFn dot[8];  // indexed by DType - kQ8_0 (kQ8_0 .. kQ6_K)
+  Fp8DotFn dot_fp8;
+};
+
+const QuantOps& scalar_quant_ops();
+const QuantOps& avx2_quant_ops();
+const QuantOps& avx512_quant_ops();  // AVX-512 VNNI where present, else the AVX2 ops
+
+// The matvec / matmul row drivers for block and FP8 types (any QuantOps): quantize each input row
+// into thread scratch, then every output row r in [row_begin, row_end) for every input i. y_stride
+// 0 with y pointing at row_begin's slot is the matvec layout.
+void quant_matmul_rows(const QuantOps& ops, const Matrix& w, const float* x, size_t x_stride,
+                       size_t n, float* y, size_t y_stride, size_t y_row0, size_t row_begin,
+                       size_t row_end, const MatvecParams& p);
+
+inline bool is_quant(DType t) {
+  return t != DType::kF32 && t != DType::kBF16 && t != DType::kF16;
+}
+
+}  // namespace steermoe::kernels::detail

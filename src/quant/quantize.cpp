@@ -1,0 +1,312 @@
+// Quantizers (f32 -> blocks). Deterministic, scalar, not a hot path.
+//
+// Q8_0, Q4_0, Q4_1, Q5_0, Q5_1: ggml's reference rounding (the same as the `gguf` package's numpy
+//   quantize_blocks): Q8_0 d = max|x| / 127, q = round(x / d); Q4_0 / Q5_0 d = (the x of largest
+//   magnitude) / -8 (/ -16), q = trunc(x / d + 8.5) clamped; Q4_1 / Q5_1 d = (max - min) / 15 (/
+//   31), m = min, q = trunc((x - min) / d + 0.5) clamped.
+// Q4_K / Q5_K: per sub-block of 32, an affine fit x ~ s * q - m (q in [0, 15] or [0, 31], m >= 0)
+//   by a scale search: 21 candidate inverse scales (nmax + 0.1 k) / (max - min) around the
+//   range-based one, each rounded to nearest and refitted by least squares (s and m jointly,
+//   m clamped to >= 0); the candidate with the smallest squared error wins. Then the super-block
+//   scales d = max s / 63 and dmin = max m / 63 (f16), the 6-bit sc = round(s / d) and
+//   m6 = round(m / dmin), and every q is re-rounded against the final (d * sc, dmin * m6).
+// Q6_K: per sub-block of 16, a symmetric fit x ~ s * q (q in [-32, 31]) by the same search over
+//   19 candidates around 32 / max|x| with least-squares refit; then d = max|s| / 127 (f16), int8
+//   scales round(s / d), and q re-rounded against d * scale.
+// None of this is llama.cpp's importance-weighted search (no imatrix); errors are a few percent
+// larger than llama.cpp's at equal size.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "quant/quant.hpp"
+
+namespace steermoe::quant {
+namespace {
+
+void store_f16(uint8_t* p, float v) {
+  const uint16_t h = f32_to_f16(v);
+  std::memcpy(p, &h, 2);
+}
+
+int nearest(float v) {
+  return static_cast<int>(std::lround(v));
+}
+
+void quantize_q8_0(const float* x, uint8_t* b) {
+  float amax = 0.0f;
+  for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[j]));
+  const float d = amax / 127.0f;
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  store_f16(b, d);
+  for (int j = 0; j < 32; ++j) {
+    const float q = std::round(x[j] * id);
+    b[2 + j] = static_cast<uint8_t>(
+        static_cast<int8_t>(std::isnan(q) ? 0.0f : std::clamp(q, -128.0f, 127.0f)));
+  }
+}
+
+// Q4_0 / Q5_0: returns q in [0, 2 * half) for 32 values, scale into *d.
+void quantize_symmetric(const float* x, int half, float* d_out, int* q) {
+  float amax = 0.0f, max = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    if (std::fabs(x[j]) > amax) {
+      amax = std::fabs(x[j]);
+      max = x[j];
+    }
+  }
+  const float d = max / static_cast<float>(-half);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float v = std::trunc(x[j] * id + (static_cast<float>(half) + 0.5f));
+    q[j] = std::clamp(static_cast<int>(std::isnan(v) ? 0.0f : std::clamp(v, -1.0f, 64.0f)), 0,
+                      2 * half - 1);
+  }
+  *d_out = d;
+}
+
+void quantize_affine(const float* x, int nmax, float* d_out, float* m_out, int* q) {
+  float min = x[0], max = x[0];
+  for (int j = 1; j < 32; ++j) {
+    min = std::min(min, x[j]);
+    max = std::max(max, x[j]);
+  }
+  const float d = (max - min) / static_cast<float>(nmax);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float v = std::trunc((x[j] - min) * id + 0.5f);
+    q[j] =
+        std::clamp(static_cast<int>(std::isnan(v) ? 0.0f : std::clamp(v, -1.0f, 64.0f)), 0, nmax);
+  }
+  *d_out = d;
+  *m_out = min;
+}
+
+void pack_nibbles(const int* q, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j)
+    qs[j] = static_cast<uint8_t>((q[j] & 0xF) | ((q[j + 16] & 0xF) << 4));
+}
+void pack_high_bits(const int* q, uint8_t* qh4) {
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
+  std::memcpy(qh4, &qh, 4);
+}
+
+// x ~ s * q - m with q in [0, nmax], m >= 0 (see the file comment). n values.
+void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) {
+  float min = x[0], max = x[0];
+  for (int i = 1; i < n; ++i) {
+    min = std::min(min, x[i]);
+    max = std::max(max, x[i]);
+  }
+  if (min > 0.0f) min = 0.0f;
+  if (!(max > min)) {  // constant block (or NaN): all q = 0, w = -m
+    *s_out = 0.0f;
+    *m_out = std::isfinite(min) ? -min : 0.0f;
+    return;
+  }
+  float best_err = INFINITY, best_s = (max - min) / static_cast<float>(nmax), best_m = -min;
+  for (int k = -10; k <= 10; ++k) {
+    const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (max - min);
+    // Least squares for x = s * q + o over the rounded q.
+    double sq = 0, sqq = 0, sx = 0, sqx = 0;
+    int q[256];
+    for (int i = 0; i < n; ++i) {
+      q[i] = std::clamp(nearest(iscale * (x[i] - min)), 0, nmax);
+      sq += q[i];
+      sqq += static_cast<double>(q[i]) * q[i];
+      sx += x[i];
+      sqx += static_cast<double>(q[i]) * x[i];
+    }
+    const double det = n * sqq - sq * sq;
+    double s, o;
+    if (det > 0) {
+      s = (n * sqx - sq * sx) / det;
+      o = (sqq * sx - sq * sqx) / det;
+    } else {
+      s = 1.0 / iscale;
+      o = min;
+    }
+    if (o > 0) {  // m must be >= 0: refit the scale alone with o = 0
+      o = 0;
+      s = sqq > 0 ? sqx / sqq : 0;
+    }
+    if (s < 0) continue;
+    double err = 0;
+    for (int i = 0; i < n; ++i) {
+      const double e = s * q[i] + o - x[i];
+      err += e * e;
+    }
+    if (err < best_err) {
+      best_err = static_cast<float>(err);
+      best_s = static_cast<float>(s);
+      best_m = static_cast<float>(-o);
+    }
+  }
+  *s_out = best_s;
+  *m_out = best_m;
+}
+
+// x ~ s * q with q in [-nmax, nmax - 1].
+float fit_symmetric(const float* x, int n, int nmax) {
+  float amax = 0.0f, max = 0.0f;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  if (!(amax > 0.0f) || !std::isfinite(amax)) return 0.0f;
+  float best_err = INFINITY, best_s = max / static_cast<float>(-nmax);
+  for (int k = -9; k <= 9; ++k) {
+    const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / max;
+    double sqq = 0, sqx = 0;
+    int q[16];
+    for (int i = 0; i < n; ++i) {
+      q[i] = std::clamp(nearest(iscale * x[i]), -nmax, nmax - 1);
+      sqq += static_cast<double>(q[i]) * q[i];
+      sqx += static_cast<double>(q[i]) * x[i];
+    }
+    if (sqq <= 0) continue;
+    const double s = sqx / sqq;
+    double err = 0;
+    for (int i = 0; i < n; ++i) {
+      const double e = s * q[i] - x[i];
+      err += e * e;
+    }
+    if (err < best_err) {
+      best_err = static_cast<float>(err);
+      best_s = static_cast<float>(s);
+    }
+  }
+  return best_s;
+}
+
+void quantize_k45(const float* x, uint8_t* b, bool five) {
+  const int nmax = five ? 31 : 15;
+  float s[8], m[8];
+  for (int j = 0; j < 8; ++j) fit_scale_min(x + 32 * j, 32, nmax, &s[j], &m[j]);
+  float max_s = 0.0f, max_m = 0.0f;
+  for (int j = 0; j < 8; ++j) {
+    max_s = std::max(max_s, s[j]);
+    max_m = std::max(max_m, m[j]);
+  }
+  const float d = f16_to_f32(f32_to_f16(max_s / 63.0f));
+  const float dmin = f16_to_f32(f32_to_f16(max_m / 63.0f));
+  store_f16(b, d);
+  store_f16(b + 2, dmin);
+  uint8_t sc[8], mm[8];
+  for (int j = 0; j < 8; ++j) {
+    sc[j] = static_cast<uint8_t>(d > 0.0f ? std::clamp(nearest(s[j] / d), 0, 63) : 0);
+    mm[j] = static_cast<uint8_t>(dmin > 0.0f ? std::clamp(nearest(m[j] / dmin), 0, 63) : 0);
+  }
+  uint8_t* scales = b + 4;
+  for (int j = 0; j < 4; ++j) {
+    scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+    scales[j + 4] = static_cast<uint8_t>(mm[j] | ((mm[j + 4] >> 4) << 6));
+    scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 0xF) | ((mm[j + 4] & 0xF) << 4));
+  }
+  uint8_t* qh = b + 16;
+  uint8_t* qs = five ? b + 48 : b + 16;
+  if (five) std::memset(qh, 0, 32);
+  std::memset(qs, 0, 128);
+  for (int j = 0; j < 8; ++j) {
+    const float d1 = d * static_cast<float>(sc[j]);
+    const float m1 = dmin * static_cast<float>(mm[j]);
+    for (int l = 0; l < 32; ++l) {
+      int q = 0;
+      if (d1 > 0.0f) {
+        const float v = (x[32 * j + l] + m1) / d1;
+        q = std::isnan(v) ? 0 : std::clamp(nearest(std::clamp(v, -1.0f, 64.0f)), 0, nmax);
+      }
+      qs[(j / 2) * 32 + l] |= static_cast<uint8_t>((q & 0xF) << ((j % 2) * 4));
+      if (five) qh[l] |= static_cast<uint8_t>(((q >> 4) & 1) << j);
+    }
+  }
+}
+
+void quantize_q6_k(const float* x, uint8_t* b) {
+  float s[16];
+  float amax = 0.0f;
+  for (int k = 0; k < 16; ++k) {
+    s[k] = fit_symmetric(x + 16 * k, 16, 32);
+    amax = std::max(amax, std::fabs(s[k]));
+  }
+  const float d = f16_to_f32(f32_to_f16(amax / 127.0f));
+  uint8_t* ql = b;
+  uint8_t* qh = b + 128;
+  auto* sc = reinterpret_cast<int8_t*>(b + 192);
+  store_f16(b + 208, d);
+  std::memset(ql, 0, 192);
+  for (int k = 0; k < 16; ++k) {
+    sc[k] = static_cast<int8_t>(d > 0.0f ? std::clamp(nearest(s[k] / d), -127, 127) : 0);
+  }
+  for (int i = 0; i < 256; ++i) {
+    const float dk = d * static_cast<float>(sc[i / 16]);
+    int q = 0;
+    if (dk != 0.0f) {
+      const float v = x[i] / dk;
+      q = std::isnan(v) ? 0 : std::clamp(nearest(std::clamp(v, -64.0f, 64.0f)), -32, 31);
+    }
+    q += 32;
+    const int h = i / 128, r = i % 128, g = r / 32, l = r % 32;
+    ql[h * 64 + (g & 1) * 32 + l] |= static_cast<uint8_t>((q & 0xF) << (g >= 2 ? 4 : 0));
+    qh[h * 32 + l] |= static_cast<uint8_t>(((q >> 4) & 3) << (2 * g));
+  }
+}
+
+}  // namespace
+
+void quantize_row(Type type, const float* x, void* dst, size_t n) {
+  const TypeInfo& t = info(type);
+  SM_ASSERT(n % t.block_elements == 0 && type != Type::kF8E4M3);
+  auto* b = static_cast<uint8_t*>(dst);
+  const size_t nb = n / t.block_elements;
+  int q[32];
+  for (size_t i = 0; i < nb; ++i, x += t.block_elements, b += t.block_bytes) {
+    float d = 0.0f, m = 0.0f;
+    switch (type) {
+      case Type::kQ8_0:
+        quantize_q8_0(x, b);
+        break;
+      case Type::kQ4_0:
+        quantize_symmetric(x, 8, &d, q);
+        store_f16(b, d);
+        pack_nibbles(q, b + 2);
+        break;
+      case Type::kQ5_0:
+        quantize_symmetric(x, 16, &d, q);
+        store_f16(b, d);
+        pack_high_bits(q, b + 2);
+        pack_nibbles(q, b + 6);
+        break;
+      case Type::kQ4_1:
+        quantize_affine(x, 15, &d, &m, q);
+        store_f16(b, d);
+        store_f16(b + 2, m);
+        pack_nibbles(q, b + 4);
+        break;
+      case Type::kQ5_1:
+        quantize_affine(x, 31, &d, &m, q);
+        store_f16(b, d);
+        store_f16(b + 2, m);
+        pack_high_bits(q, b + 4);
+        pack_nibbles(q, b + 8);
+        break;
+      case Type::kQ4_K:
+        quantize_k45(x, b, false);
+        break;
+      case Type::kQ5_K:
+        quantize_k45(x, b, true);
+        break;
+      case Type::kQ6_K:
+        quantize_q6_k(x, b);
+        break;
+      case Type::kF8E4M3:
+        break;
+    }
+  }
+}
+
+}  // namespace steermoe::quant

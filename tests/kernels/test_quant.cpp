@@ -1,0 +1,362 @@
+// Quantized weight types: dequantization bit for bit against the `gguf` package's numpy code
+// (tests/data/quant, made by tools/quant/make_expected.py), the quantizers' error, the products
+// on quantized blocks (scalar reference against exact arithmetic, SIMD against scalar, threads,
+// matmul vs matvec, batches), and the byte-size helpers.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/kernels.hpp"
+#include "kernels/quant_internal.hpp"
+#include "kernels/thread_pool.hpp"
+#include "quant/quant.hpp"
+
+namespace steermoe::kernels {
+namespace {
+
+std::vector<uint8_t> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  EXPECT_TRUE(f.good()) << path;
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+std::string data_path(const std::string& name) {
+  return std::string(STEERMOE_SOURCE_DIR) + "/tests/data/quant/" + name;
+}
+
+constexpr quant::Type kBlockTypes[] = {quant::Type::kQ8_0, quant::Type::kQ4_0, quant::Type::kQ4_1,
+                                       quant::Type::kQ5_0, quant::Type::kQ5_1, quant::Type::kQ4_K,
+                                       quant::Type::kQ5_K, quant::Type::kQ6_K};
+
+DType kernel_dtype(quant::Type t) {
+  return static_cast<DType>(static_cast<int>(DType::kQ8_0) + static_cast<int>(t));
+}
+
+class QuantType : public ::testing::TestWithParam<quant::Type> {};
+
+std::string type_param_name(const ::testing::TestParamInfo<quant::Type>& info) {
+  return std::string(quant::name(info.param));
+}
+
+TEST_P(QuantType, DequantizeMatchesGgufPackageBitForBit) {
+  const std::string name(quant::name(GetParam()));
+  const auto blocks = read_file(data_path(name + ".blocks"));
+  const auto expected_bytes = read_file(data_path(name + ".f32"));
+  const size_t n = expected_bytes.size() / 4;
+  ASSERT_EQ(blocks.size(), quant::bytes_for(GetParam(), n));
+  std::vector<float> got(n);
+  quant::dequantize_row(GetParam(), blocks.data(), got.data(), n);
+  size_t mismatches = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t want;
+    std::memcpy(&want, expected_bytes.data() + 4 * i, 4);
+    if (std::bit_cast<uint32_t>(got[i]) != want && mismatches++ < 5) {
+      ADD_FAILURE() << name << " element " << i << ": got " << got[i] << ", gguf "
+                    << std::bit_cast<float>(want);
+    }
+  }
+  EXPECT_EQ(mismatches, 0u);
+  // The kernels' row view gives the same values.
+  Matrix m;
+  m.data = blocks.data();
+  m.dtype = kernel_dtype(GetParam());
+  m.rows = 1;
+  m.cols = n;
+  std::vector<float> row(n);
+  dequantize_row(m, 0, row.data());
+  EXPECT_EQ(row, got);
+  EXPECT_TRUE(quant::scales_finite(GetParam(), blocks.data(), n));
+}
+
+// Relative RMS error of quantize -> dequantize on Gaussian data: a bound per type (the bits per
+// weight set it: about 2^-(bits) of the range); catches broken packing or scale search.
+TEST_P(QuantType, QuantizerErrorIsBounded) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  const size_t n = 256 * 64;
+  std::vector<float> x(n);
+  for (auto& v : x) v = dist(rng);
+  std::vector<uint8_t> q(quant::bytes_for(GetParam(), n));
+  quant::quantize_row(GetParam(), x.data(), q.data(), n);
+  std::vector<float> y(n);
+  quant::dequantize_row(GetParam(), q.data(), y.data(), n);
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    err += (x[i] - y[i]) * (x[i] - y[i]);
+    ref += x[i] * x[i];
+  }
+  const double rel = std::sqrt(err / ref);
+  double bound = 0;
+  switch (GetParam()) {
+    case quant::Type::kQ8_0:
+      bound = 0.006;
+      break;
+    case quant::Type::kQ6_K:
+      bound = 0.025;
+      break;
+    case quant::Type::kQ5_0:
+    case quant::Type::kQ5_1:
+    case quant::Type::kQ5_K:
+      bound = 0.05;
+      break;
+    default:
+      bound = 0.11;
+      break;
+  }
+  EXPECT_LT(rel, bound) << quant::name(GetParam());
+  RecordProperty("relative_rms_error", std::to_string(rel));
+  // Deterministic.
+  std::vector<uint8_t> q2(q.size());
+  quant::quantize_row(GetParam(), x.data(), q2.data(), n);
+  EXPECT_EQ(q, q2);
+}
+
+struct QuantMatrix {
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // dequantized
+  Matrix m;
+};
+
+QuantMatrix make_matrix(quant::Type t, size_t rows, size_t cols, uint32_t seed,
+                        size_t pad_blocks = 0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  const size_t be = quant::info(t).block_elements;
+  const size_t stride = cols + pad_blocks * be;
+  QuantMatrix q;
+  q.bytes.resize(quant::bytes_for(t, rows * stride) + 1);  // +1: an odd start address
+  std::vector<float> row(stride);
+  for (size_t r = 0; r < rows; ++r) {
+    for (auto& v : row) v = dist(rng);
+    quant::quantize_row(t, row.data(), q.bytes.data() + 1 + r * quant::bytes_for(t, stride),
+                        stride);
+  }
+  q.values.resize(rows * cols);
+  for (size_t r = 0; r < rows; ++r) {
+    std::vector<float> full(stride);
+    quant::dequantize_row(t, q.bytes.data() + 1 + r * quant::bytes_for(t, stride), full.data(),
+                          stride);
+    std::copy_n(full.begin(), cols, q.values.begin() + static_cast<long>(r * cols));
+  }
+  q.m.data = q.bytes.data() + 1;
+  q.m.dtype = kernel_dtype(t);
+  q.m.rows = rows;
+  q.m.cols = cols;
+  q.m.row_stride = pad_blocks == 0 ? 0 : stride;
+  return q;
+}
+
+std::vector<float> gaussian(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(rng);
+  return v;
+}
+
+// The scalar reference equals exact arithmetic on (dequantized weights) x (dequantized
+// quantized activations) up to f32 rounding of the per-block terms.
+TEST_P(QuantType, ScalarProductMatchesExactArithmetic) {
+  const size_t rows = 5, cols = 512;
+  const QuantMatrix q = make_matrix(GetParam(), rows, cols, 11);
+  const std::vector<float> x = gaussian(cols, 12);
+  std::vector<uint8_t> scratch(detail::act_bytes(cols) + 64);
+  auto* aligned =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) / 64 * 64);
+  const detail::ActQ8 a = detail::quantize_act_scalar(x.data(), cols, aligned);
+  std::vector<double> xq(cols);
+  for (size_t c = 0; c < cols; ++c) {
+    xq[c] = static_cast<double>(a.q[c]) * a.d[c / 32];
+    EXPECT_NEAR(xq[c], x[c], a.d[c / 32] * 0.5001) << c;  // round to nearest
+  }
+  std::vector<float> y(rows);
+  kernel_table(Isa::kScalar).matvec_rows(q.m, x.data(), y.data(), 0, rows, {});
+  for (size_t r = 0; r < rows; ++r) {
+    double exact = 0, mag = 0;
+    for (size_t c = 0; c < cols; ++c) {
+      exact += static_cast<double>(q.values[r * cols + c]) * xq[c];
+      mag += std::fabs(static_cast<double>(q.values[r * cols + c]) * xq[c]);
+    }
+    EXPECT_NEAR(y[r], exact, 2e-6 * mag + 1e-6) << quant::name(GetParam()) << " row " << r;
+  }
+}
+
+// Every SIMD implementation: the activation quantizer gives the scalar bits, products agree with
+// the scalar reference within f32 reordering, and padded rows / odd addresses work.
+TEST_P(QuantType, SimdMatchesScalar) {
+  const size_t rows = 37, cols = 1024;
+  const QuantMatrix q = make_matrix(GetParam(), rows, cols, 21, /*pad_blocks=*/1);
+  const std::vector<float> x = gaussian(cols, 22);
+  std::vector<float> ref(rows);
+  kernel_table(Isa::kScalar).matvec_rows(q.m, x.data(), ref.data(), 0, rows, {});
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (!isa_available(isa)) continue;
+    std::vector<float> y(rows, 1.0f);
+    kernel_table(isa).matvec_rows(q.m, x.data(), y.data(), 0, rows, {2.0f, true});
+    for (size_t r = 0; r < rows; ++r) {
+      double mag = 0;
+      for (size_t c = 0; c < cols; ++c) mag += std::fabs(q.values[r * cols + c] * x[c]);
+      EXPECT_NEAR(y[r], 1.0f + 2.0f * ref[r], 1e-5 * mag) << isa_name(isa) << " row " << r;
+    }
+  }
+}
+
+TEST(QuantActivations, SimdQuantizerIsBitIdenticalToScalar) {
+  const size_t n = 4096;
+  std::vector<float> x = gaussian(n, 5);
+  x[100] = 0.0f;
+  for (size_t i = 32; i < 64; ++i) x[i] = 0.0f;  // an all-zero block: d = 0
+  x[7] = 1e-30f;
+  const size_t bytes = detail::act_bytes(n);
+  std::vector<uint8_t> s0(bytes + 64), s1(bytes + 64);
+  auto align = [](std::vector<uint8_t>& v) {
+    return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(v.data()) + 63) / 64 * 64);
+  };
+  const detail::ActQ8 a = detail::scalar_quant_ops().quantize_act(x.data(), n, align(s0));
+  for (const detail::QuantOps* ops : {&detail::avx2_quant_ops(), &detail::avx512_quant_ops()}) {
+    if (!isa_available(ops == &detail::avx2_quant_ops() ? Isa::kAvx2 : Isa::kAvx512)) continue;
+    const detail::ActQ8 b = ops->quantize_act(x.data(), n, align(s1));
+    EXPECT_EQ(std::memcmp(a.q, b.q, n), 0);
+    EXPECT_EQ(std::memcmp(a.d, b.d, n / 32 * 4), 0);
+    EXPECT_EQ(std::memcmp(a.s32, b.s32, n / 32 * 4), 0);
+    EXPECT_EQ(std::memcmp(a.s16, b.s16, n / 16 * 4), 0);
+  }
+}
+
+// Public entry points: bit-identical across thread counts, matmul row i == matvec(X[i]),
+// matvec_batch == separate matvecs.
+TEST_P(QuantType, ThreadsMatmulAndBatchAreBitIdentical) {
+  const size_t rows = 70, cols = 512, n = 3;
+  const QuantMatrix q = make_matrix(GetParam(), rows, cols, 31);
+  const std::vector<float> x = gaussian(cols * n, 32);
+  ThreadPool one(1), three(3);
+  std::vector<float> y1(rows), y3(rows);
+  matvec(one, q.m, x.data(), y1.data());
+  matvec(three, q.m, x.data(), y3.data());
+  EXPECT_EQ(y1, y3);
+  std::vector<float> ym(rows * n);
+  matmul(three, q.m, x.data(), n, ym.data());
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<float> yi(rows);
+    matvec(one, q.m, x.data() + i * cols, yi.data());
+    EXPECT_TRUE(std::equal(yi.begin(), yi.end(), ym.begin() + static_cast<long>(i * rows))) << i;
+  }
+  std::vector<float> b0(rows), b1(rows);
+  MatvecJob jobs[2] = {{q.m, x.data(), b0.data(), {}}, {q.m, x.data() + cols, b1.data(), {}}};
+  matvec_batch(three, jobs, 2);
+  EXPECT_TRUE(std::equal(b0.begin(), b0.end(), ym.begin()));
+  EXPECT_TRUE(std::equal(b1.begin(), b1.end(), ym.begin() + static_cast<long>(rows)));
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, QuantType, ::testing::ValuesIn(kBlockTypes), type_param_name);
+
+TEST(QuantFp8, DecodeMatchesMlDtypesForEveryCode) {
+  const auto codes = read_file(data_path("F8_E4M3.blocks"));
+  const auto expected = read_file(data_path("F8_E4M3.f32"));
+  ASSERT_EQ(codes.size(), 256u);
+  for (size_t i = 0; i < 256; ++i) {
+    float want;
+    std::memcpy(&want, expected.data() + 4 * i, 4);
+    const float got = quant::fp8_e4m3_to_f32(codes[i]);
+    if (std::isnan(want)) {
+      EXPECT_TRUE(std::isnan(got)) << i;
+    } else {
+      EXPECT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(want)) << i;
+      EXPECT_EQ(quant::f32_to_fp8_e4m3(want), codes[i]) << i;  // encoding inverts decoding
+    }
+  }
+}
+
+struct Fp8Matrix {
+  std::vector<uint8_t> bytes;
+  std::vector<float> scales;
+  std::vector<float> values;
+  Matrix m;
+};
+
+Fp8Matrix make_fp8(size_t rows, size_t cols, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 100.0f);
+  std::uniform_real_distribution<float> sd(0.001f, 0.01f);
+  Fp8Matrix f;
+  const size_t sr = (rows + 127) / 128, sc = (cols + 127) / 128;
+  f.bytes.resize(rows * cols);
+  f.scales.resize(sr * sc);
+  for (auto& s : f.scales) s = sd(rng);
+  f.values.resize(rows * cols);
+  for (size_t i = 0; i < rows * cols; ++i) {
+    f.bytes[i] = quant::f32_to_fp8_e4m3(dist(rng));
+    f.values[i] =
+        quant::fp8_e4m3_to_f32(f.bytes[i]) * f.scales[(i / cols / 128) * sc + (i % cols) / 128];
+  }
+  f.m.data = f.bytes.data();
+  f.m.dtype = DType::kF8E4M3;
+  f.m.rows = rows;
+  f.m.cols = cols;
+  f.m.scales = f.scales.data();
+  return f;
+}
+
+TEST(QuantFp8, ProductsMatchDequantizedWeights) {
+  const size_t rows = 200, cols = 300;  // partial scale blocks in both directions
+  const Fp8Matrix f = make_fp8(rows, cols, 3);
+  const std::vector<float> x = gaussian(cols, 4);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (!isa_available(isa)) continue;
+    std::vector<float> y(rows);
+    kernel_table(isa).matvec_rows(f.m, x.data(), y.data(), 0, rows, {});
+    for (size_t r = 0; r < rows; ++r) {
+      double exact = 0, mag = 0;
+      for (size_t c = 0; c < cols; ++c) {
+        exact += static_cast<double>(f.values[r * cols + c]) * x[c];
+        mag += std::fabs(static_cast<double>(f.values[r * cols + c]) * x[c]);
+      }
+      EXPECT_NEAR(y[r], exact, 1e-5 * mag) << isa_name(isa) << " row " << r;
+    }
+  }
+  std::vector<float> row(cols);
+  dequantize_row(f.m, 150, row.data());
+  EXPECT_TRUE(std::equal(row.begin(), row.end(), f.values.begin() + 150 * cols));
+}
+
+TEST(QuantSizes, MatrixBytesAndRanges) {
+  Matrix m;
+  m.dtype = DType::kQ4_K;
+  m.rows = 10;
+  m.cols = 512;
+  m.data = reinterpret_cast<const void*>(0x1000);
+  EXPECT_EQ(stored_bytes(m), 10u * 2 * 144);
+  MatrixRanges r = matrix_ranges(m);
+  ASSERT_EQ(r.count, 1u);
+  EXPECT_EQ(r.range[0].bytes, stored_bytes(m));
+  m.row_stride = 768;  // rows 3 blocks apart, 2 used
+  EXPECT_EQ(matrix_ranges(m).range[0].bytes, 9u * 3 * 144 + 2 * 144);
+  EXPECT_EQ(row_bytes(DType::kQ8_0, 64), 68u);
+  EXPECT_EQ(row_bytes(DType::kQ6_K, 256), 210u);
+  EXPECT_EQ(row_bytes(DType::kBF16, 3), 6u);
+
+  Matrix f;
+  f.dtype = DType::kF8E4M3;
+  f.rows = 300;  // 3 scale rows
+  f.cols = 200;  // 2 scale columns
+  f.data = reinterpret_cast<const void*>(0x1000);
+  f.scales = reinterpret_cast<const float*>(0x8000);
+  EXPECT_EQ(stored_bytes(f), 300u * 200 + 3 * 2 * 4);
+  r = matrix_ranges(f);
+  ASSERT_EQ(r.count, 2u);
+  EXPECT_EQ(r.range[0].bytes, 300u * 200);
+  EXPECT_EQ(r.range[1].data, f.scales);
+  EXPECT_EQ(r.range[1].bytes, 3u * 2 * 4);
+  EXPECT_EQ(r.range[0].bytes + r.range[1].bytes, stored_bytes(f));
+}
+
+}  // namespace
+}  // namespace steermoe::kernels
