@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "schedule/profile.hpp"
 #include "schedule/simulator.hpp"
@@ -271,11 +272,11 @@ void add_sim_command(CLI::App& root) {
                   "Enqueued unfinished prefetches allowed at a layer boundary (several values: one "
                   "row each)")
       ->take_all()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive);
   cmd->add_option("--steps", o->steps, "Simulate only the first N steps (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative);
   cmd->add_option("--link-GBps", o->link_gbps, "Override the profile's link bandwidth (GB/s)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative);
   cmd->add_option("--latency-us", o->latency_us,
                   "Override the profile's per-copy latency (us; negative = keep)");
   cmd->add_option("--json", o->json,

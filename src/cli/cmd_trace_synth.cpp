@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "trace/synth.hpp"
 
 namespace steermoe::cli {
@@ -24,9 +25,9 @@ void add_trace_synth_command(CLI::App& root) {
                   "Model shape: olmoe (16x64, top-8, softmax), moonlight "
                   "(26x64, top-6, sigmoid + bias), qwen36 (40x256, top-8, softmax)")
       ->check(CLI::IsMember({"olmoe", "moonlight", "qwen36"}));
-  cmd->add_option("--tokens", p.tokens, "Total steps T")->check(CLI::PositiveNumber);
+  cmd->add_option("--tokens", p.tokens, "Total steps T")->check(Positive);
   cmd->add_option("--sequences", p.sequences, "Sequences (requests); T is split evenly")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive);
   cmd->add_option(
       "--locality", p.locality,
       "Temporal locality X in [0,1): AR(1) coefficient of each expert's logit over tokens");
