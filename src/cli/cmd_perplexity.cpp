@@ -13,6 +13,10 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/memory_limit.hpp"
+#include "common/progress.hpp"
+#include "cli/checks.hpp"
 #include "engine/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "trace/calibration_file.hpp"
@@ -22,11 +26,8 @@ namespace steermoe::cli {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "open", "expected a readable text file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  // Regular files only (a directory or FIFO is refused at once); bounded size.
+  return read_input_file(path, "a text file");
 }
 
 // -log softmax(logits)[target], in double.
@@ -72,42 +73,53 @@ void add_perplexity_command(CLI::App& root) {
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    if (!o->calib.empty()) calibration = load_calibration_for(o->calib, *model);
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
     const int bos = o->bos ? tok.bos().value_or(-1) : -1;
     if (o->bos && bos < 0) fail(o->model, "bos", "--bos given but the tokenizer has no BOS token");
     const int stride = o->window - (bos >= 0 ? 1 : 0);
     if (ids.size() < 2) fail(o->file, "text", "expected at least 2 tokens, found {}", ids.size());
+    // A window longer than the text needs no more room than the text: memory scales with the
+    // window actually used, and what it needs is checked before allocating it.
+    const int window = static_cast<int>(
+        std::min<size_t>(static_cast<size_t>(o->window), ids.size() + (bos >= 0 ? 1 : 0)));
+    check_allocation("perplexity", "--window",
+                     saturating_mul(static_cast<uint64_t>(window),
+                                    static_cast<uint64_t>(model->config().vocab) * 4),
+                     fmt::format("the logits of a window of {} tokens", window),
+                     "expected a window whose logits fit in memory (lower --window)");
     engine::Engine engine(*model, {.threads = o->threads,
-                                   .context = o->window,
+                                   .context = window,
                                    .policy = o->policy,
                                    .cache_slots = o->cache,
                                    .calibration = calibration ? &*calibration : nullptr});
     const auto V = static_cast<size_t>(model->config().vocab);
-    std::vector<float> logits(static_cast<size_t>(o->window) * V);
-    std::vector<int32_t> window;
+    std::vector<float> logits(static_cast<size_t>(window) * V);
+    std::vector<int32_t> tokens_window;
     nlohmann::json per_window = nlohmann::json::array();
     double total_nll = 0.0;
     int64_t scored = 0;
     const auto t0 = std::chrono::steady_clock::now();
+    Progress progress("perplexity", static_cast<int64_t>(ids.size()), "tokens");
     for (size_t begin = 0; begin + 1 < ids.size(); begin += static_cast<size_t>(stride)) {
       if (o->max_windows > 0 && static_cast<int>(per_window.size()) >= o->max_windows) break;
       const size_t end = std::min(ids.size(), begin + static_cast<size_t>(stride));
-      window.clear();
-      if (bos >= 0) window.push_back(bos);
-      window.insert(window.end(), ids.begin() + static_cast<ptrdiff_t>(begin),
+      tokens_window.clear();
+      if (bos >= 0) tokens_window.push_back(bos);
+      tokens_window.insert(tokens_window.end(), ids.begin() + static_cast<ptrdiff_t>(begin),
                     ids.begin() + static_cast<ptrdiff_t>(end));
-      if (window.size() < 2) break;
+      if (tokens_window.size() < 2) break;
       engine.reset();
-      std::span<float> out(logits.data(), window.size() * V);
-      engine.prefill(window, out);
+      std::span<float> out(logits.data(), tokens_window.size() * V);
+      engine.prefill(tokens_window, out);
       double window_nll = 0.0;
-      // Position i predicts window[i + 1]; a BOS is never a target.
-      for (size_t i = 0; i + 1 < window.size(); ++i) {
-        window_nll += nll(out.subspan(i * V, V), window[i + 1]);
+      // Position i predicts tokens_window[i + 1]; a BOS is never a target.
+      for (size_t i = 0; i + 1 < tokens_window.size(); ++i) {
+        window_nll += nll(out.subspan(i * V, V), tokens_window[i + 1]);
       }
-      const auto n = static_cast<int64_t>(window.size() - 1);
+      const auto n = static_cast<int64_t>(tokens_window.size() - 1);
+      progress.advance(static_cast<int64_t>(end - begin));
       total_nll += window_nll;
       scored += n;
       per_window.push_back({{"begin", begin},
@@ -115,6 +127,7 @@ void add_perplexity_command(CLI::App& root) {
                             {"nll", window_nll / static_cast<double>(n)},
                             {"perplexity", std::exp(window_nll / static_cast<double>(n))}});
     }
+    progress.finish();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double mean = total_nll / static_cast<double>(scored);

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
@@ -57,8 +58,8 @@ void add_run_command(CLI::App& root) {
     using Clock = std::chrono::steady_clock;
     auto model = model::Model::load(o->model);
     std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    if (!o->calib.empty()) calibration = load_calibration_for(o->calib, *model);
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())

@@ -9,7 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
+#include "common/input_file.hpp"
+#include "common/memory_limit.hpp"
+#include "common/progress.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -50,21 +54,26 @@ void add_trace_command(CLI::App& root) {
   cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
-    std::ifstream in(o->file, std::ios::binary);
-    if (!in) fail(o->file, "open", "expected a readable text file");
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::vector<int32_t> ids = tok.encode(text.str(), {.parse_special = false});
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
+    std::vector<int32_t> ids =
+        tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});
     if (o->max_tokens > 0 && ids.size() > static_cast<size_t>(o->max_tokens)) {
       ids.resize(static_cast<size_t>(o->max_tokens));
     }
     if (ids.empty()) fail(o->file, "text", "expected at least one token");
     const model::ModelConfig& cfg = model->config();
     std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = trace::read_calibration(o->calib);
+    if (!o->calib.empty()) calibration = load_calibration_for(o->calib, *model);
+    // Memory scales with the window actually used (at most the text), checked before use.
+    const int window = static_cast<int>(std::min<size_t>(static_cast<size_t>(o->window), ids.size()));
+    check_allocation("trace", "--window",
+                     saturating_mul(static_cast<uint64_t>(window),
+                                    static_cast<uint64_t>(cfg.moe_layer_count()) *
+                                        static_cast<uint64_t>(cfg.experts) * 4 * 3),
+                     fmt::format("the router records of a window of {} tokens", window),
+                     "expected a window whose records fit in memory (lower --window)");
     engine::Engine engine(*model, {.threads = o->threads,
-                                   .context = o->window,
+                                   .context = window,
                                    .policy = o->policy,
                                    .cache_slots = o->cache,
                                    .calibration = calibration ? &*calibration : nullptr});
@@ -100,8 +109,9 @@ void add_trace_command(CLI::App& root) {
     engine::RoutingRecord record;
     engine.set_recorder(&record);
     const size_t le = static_cast<size_t>(spec.layers) * static_cast<size_t>(spec.experts);
-    for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(o->window)) {
-      const size_t end = std::min(ids.size(), begin + static_cast<size_t>(o->window));
+    Progress progress("trace", static_cast<int64_t>(ids.size()), "tokens");
+    for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(window)) {
+      const size_t end = std::min(ids.size(), begin + static_cast<size_t>(window));
       record.clear();
       engine.reset();
       engine.prefill(std::span<const int32_t>(ids).subspan(begin, end - begin));
@@ -113,8 +123,10 @@ void add_trace_command(CLI::App& root) {
             sigmoid ? std::span<const float>(record.weight_scores).subspan(t * le, le)
                     : std::span<const float>());
       }
+      progress.advance(static_cast<int64_t>(end - begin));  // throws Interrupted after Ctrl-C
     }
-    writer.close();
+    progress.finish();
+    writer.close();  // the folder appears under its name only now (TraceWriter stages it)
     std::fprintf(stderr, "trace: %zu steps, %d MoE layers x %d experts -> %s\n", ids.size(),
                  spec.layers, spec.experts, o->output.c_str());
   });

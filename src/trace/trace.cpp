@@ -283,33 +283,29 @@ Trace Trace::open(const std::filesystem::path& dir, const TraceOpenOptions& opti
 }
 
 TraceWriter::TraceWriter(const std::filesystem::path& dir, TraceMeta meta, bool with_weights_scores)
-    : dir_((std::filesystem::create_directories(dir), dir)),
+    : staged_(dir, "meta.json"),
+      dir_(staged_.staging()),
       meta_(std::move(meta)),
       with_weights_(with_weights_scores),
-      tokens_(dir / meta_.tokens_file, DType::kI32, {}),
-      scores_(dir / "scores.npy", DType::kF32,
+      tokens_(dir_ / meta_.tokens_file, DType::kI32, {}),
+      scores_(dir_ / "scores.npy", DType::kF32,
               {static_cast<uint64_t>(meta_.layers), static_cast<uint64_t>(meta_.experts)}),
-      pregate_(dir / "pregate.npy", DType::kF32,
+      pregate_(dir_ / "pregate.npy", DType::kF32,
                {static_cast<uint64_t>(meta_.layers), static_cast<uint64_t>(meta_.experts)}) {
   // A stale weights_scores.npy from an earlier trace in the same folder would be read back as
   // part of this one.
-  if (!with_weights_) std::filesystem::remove(dir / "weights_scores.npy");
+  if (!with_weights_) staged_.remove_at_commit("weights_scores.npy");
   if (meta_.moe_layer_ids.empty())
     for (int l = 0; l < meta_.layers; ++l) meta_.moe_layer_ids.push_back(l);
   // Fail now, not after hours of recording, if the meta would not read back.
   trace_meta_from_json(meta_.to_json(), (dir / "meta.json").string());
   if (with_weights_)
-    weights_.emplace(dir / "weights_scores.npy", DType::kF32,
+    weights_.emplace(dir_ / "weights_scores.npy", DType::kF32,
                      std::vector<uint64_t>{static_cast<uint64_t>(meta_.layers),
                                            static_cast<uint64_t>(meta_.experts)});
 }
 
-TraceWriter::~TraceWriter() {
-  try {
-    close();
-  } catch (...) {  // destructors must not throw; call close() to see errors
-  }
-}
+TraceWriter::~TraceWriter() = default;  // without close(): the staging folder is removed
 
 void TraceWriter::begin_sequence() {
   if (sequence_starts_.empty() || sequence_starts_.back() != steps_)
@@ -350,6 +346,7 @@ void TraceWriter::close() {
   out << meta_.to_json().dump(2) << "\n";
   out.close();
   if (!out) fail(meta_path.string(), "write", "could not write meta.json");
+  staged_.commit();
 }
 
 }  // namespace steermoe::trace
