@@ -178,7 +178,7 @@ TEST(Cli, PerplexityUnderACacheAwarePolicy) {
       run("perplexity -m " + (kOracle / "deepseek2_moonlight" / "model.gguf").string() + " -f " +
           text.string() + " --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
   EXPECT_NE(bad.status, 0);
-  EXPECT_THAT(bad.output, HasSubstr("calibration: shape"));
+  EXPECT_THAT(bad.output, HasSubstr(calib.string() + ": shape: expected a calibration of"));
 
   // A trace recorded under the cache-aware policy is its own closed loop: replaying it under the
   // same policy and cache reproduces the decisions the engine made, and meta.json says so.
