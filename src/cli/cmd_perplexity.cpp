@@ -101,7 +101,10 @@ void add_perplexity_command(CLI::App& root) {
     double total_nll = 0.0;
     int64_t scored = 0;
     const auto t0 = std::chrono::steady_clock::now();
-    Progress progress("perplexity", static_cast<int64_t>(ids.size()), "tokens");
+    const size_t planned = o->max_windows > 0 ? std::min(ids.size(), static_cast<size_t>(o->max_windows) *
+                                                                        static_cast<size_t>(stride))
+                                              : ids.size();
+    Progress progress("perplexity", static_cast<int64_t>(planned), "tokens");
     for (size_t begin = 0; begin + 1 < ids.size(); begin += static_cast<size_t>(stride)) {
       if (o->max_windows > 0 && static_cast<int>(per_window.size()) >= o->max_windows) break;
       const size_t end = std::min(ids.size(), begin + static_cast<size_t>(stride));
