@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
 #include "common/memory_limit.hpp"
 #include "common/output_file.hpp"
 #include "common/error.hpp"
@@ -44,6 +45,7 @@ void add_logits_command(CLI::App& root) {
     std::string output;
     bool batched = false;
     int threads = 1;
+    EngineOptions engine;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -56,12 +58,19 @@ void add_logits_command(CLI::App& root) {
   cmd->add_option("-o,--output", o->output, "Output file")->required();
   cmd->add_flag("--batched", o->batched, "Process the ids as one prompt instead of one at a time");
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     const std::vector<int32_t> ids = parse_token_list(o->tokens);
     auto model = model::Model::load(o->model);
     const auto V = static_cast<size_t>(model->config().vocab);
-    engine::Engine engine(
-        *model, {.threads = o->threads, .context = std::max<int>(static_cast<int>(ids.size()), 1)});
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                std::max<int>(static_cast<int>(ids.size()), 1)));
     check_allocation("logits", "--tokens", saturating_mul(ids.size(), V * sizeof(float)),
                      fmt::format("the logits of {} tokens", ids.size()),
                      "expected fewer tokens");

@@ -9,6 +9,7 @@
 
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
@@ -27,9 +28,7 @@ void add_run_command(CLI::App& root) {
     float temperature = 0.0f;
     float top_p = 1.0f;
     uint64_t seed = 0;
-    std::string policy = "exact:evict=lru";
-    int cache = 0;
-    std::string calib;
+    EngineOptions engine;
     bool ignore_eos = false;
   };
   auto o = std::make_shared<Options>();
@@ -48,27 +47,24 @@ void add_run_command(CLI::App& root) {
   cmd->add_option("--top-p", o->top_p, "Nucleus sampling: keep tokens up to this probability mass")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", o->seed, "Random seed for sampling");
-  cmd->add_option("--policy", o->policy, "Routing policy string (policy/README.md)");
-  cmd->add_option("--cache", o->cache,
-                  "Logical expert-cache slots per MoE layer (0: all experts resident)")
-      ->check(CLI::Range(0, 4096));
-  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
+  add_engine_options(cmd, o->engine);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
   cmd->final_callback([o] {
     using Clock = std::chrono::steady_clock;
     auto model = model::Model::load(o->model);
-    std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = load_calibration_for(o->calib, *model);
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())
       fail(o->model, "prompt", "expected at least one token, the prompt encodes to none");
-    engine::Engine engine(*model, {.threads = o->threads,
-                                   .context = o->context,
-                                   .policy = o->policy,
-                                   .cache_slots = o->cache,
-                                   .calibration = calibration ? &*calibration : nullptr});
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                o->context));
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {
       fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",
            prompt.size(), o->n_predict, engine.context());
@@ -80,6 +76,8 @@ void add_run_command(CLI::App& root) {
     const auto t0 = Clock::now();
     std::span<const float> logits = engine.prefill(prompt);
     const auto t1 = Clock::now();
+    // Decode figures only: the prompt's copies stay out of them.
+    if (schedule::TransferScheduler* sched = engine.offload().scheduler()) sched->reset_totals();
     const std::optional<int32_t> eos = tok.eos();
     int generated = 0;
     for (; generated < o->n_predict; ++generated) {
@@ -101,6 +99,23 @@ void add_run_command(CLI::App& root) {
     std::fprintf(stderr, "decode: %d tokens in %.1f ms (%.2f tok/s, %.2f ms/token), %d threads\n",
                  decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0,
                  decoded > 0 ? decode_s * 1e3 / decoded : 0.0, engine.threads());
+    std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
+                 engine.experts().describe().c_str(), engine.policy().to_string().c_str(),
+                 engine.cache_slots(), model->config().experts);
+    if (const schedule::TransferScheduler* sched = engine.offload().scheduler();
+        sched != nullptr && sched->totals().tokens > 0) {
+      const schedule::RunTotals& t = sched->totals();
+      const double n = static_cast<double>(t.tokens);
+      std::fprintf(stderr,
+                   "copies/token: %.2f demand + %.2f prefetch (in time %.2f, late %.2f, unused "
+                   "%.2f); stall %.2f ms/token, host %.3f ms/token\n",
+                   t.demand / n, t.prefetch_enqueued / n, t.prefetch_in_time / n,
+                   t.prefetch_late / n, t.prefetch_unused / n, t.stall * 1e3 / n, t.host * 1e3 / n);
+      if (engine.experts().kind() == engine::LinkKind::kSim) {
+        std::fprintf(stderr, "simulated: %.3f ms/token on the profile's clock\n",
+                     t.latency * 1e3 / n);
+      }
+    }
   });
 }
 

@@ -1,6 +1,6 @@
 // `steermoe trace`: runs a text file through the model (windows of --window tokens, each a
 // sequence) and records router scores and pre-gate scores in the trace format
-// (docs trace-format.md) with trace::TraceWriter.
+// (docs/trace-format.md) with trace::TraceWriter.
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -11,6 +11,7 @@
 
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
 #include "common/input_file.hpp"
 #include "common/memory_limit.hpp"
 #include "common/progress.hpp"
@@ -31,9 +32,7 @@ void add_trace_command(CLI::App& root) {
     int threads = 1;
     int max_tokens = 0;
     bool batched = true;
-    std::string policy = "exact:evict=lru";
-    int cache = 0;
-    std::string calib;
+    EngineOptions engine;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd =
@@ -46,12 +45,8 @@ void add_trace_command(CLI::App& root) {
   cmd->add_option("--max-tokens", o->max_tokens, "Record at most this many tokens (0: all)")
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--policy", o->policy,
-                  "Routing policy the trace is recorded under (closed loop unless exact)");
-  cmd->add_option("--cache", o->cache,
-                  "Logical expert-cache slots per MoE layer the policy runs with (0: all experts)")
-      ->check(CLI::Range(0, 4096));
-  cmd->add_option("--calib", o->calib, "Calibration file (.smcal) for cache-aware policies");
+  // --policy: the policy the trace is recorded under (closed loop unless exact).
+  add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
@@ -62,8 +57,11 @@ void add_trace_command(CLI::App& root) {
     }
     if (ids.empty()) fail(o->file, "text", "expected at least one token");
     const model::ModelConfig& cfg = model->config();
-    std::optional<policy::Calibration> calibration;
-    if (!o->calib.empty()) calibration = load_calibration_for(o->calib, *model);
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
     // Memory scales with the window actually used (at most the text), checked before use.
     const int window = static_cast<int>(std::min<size_t>(static_cast<size_t>(o->window), ids.size()));
     check_allocation("trace", "--window",
@@ -72,12 +70,10 @@ void add_trace_command(CLI::App& root) {
                                         static_cast<uint64_t>(cfg.experts) * 4 * 3),
                      fmt::format("the router records of a window of {} tokens", window),
                      "expected a window whose records fit in memory (lower --window)");
-    engine::Engine engine(*model, {.threads = o->threads,
-                                   .context = window,
-                                   .policy = o->policy,
-                                   .cache_slots = o->cache,
-                                   .calibration = calibration ? &*calibration : nullptr});
-    const policy::RouterSpec spec = engine.routing().spec();
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                window));
+    const policy::RouterSpec spec = engine.router_spec();
     trace::TraceMeta meta;
     meta.layers = spec.layers;
     meta.experts = spec.experts;
@@ -95,9 +91,9 @@ void add_trace_command(CLI::App& root) {
     meta.vocab = cfg.vocab;
     // A trace recorded under exact routing carries no policy (any exact policy replays it
     // closed loop); any other policy and its cache size are recorded for closed-loop checks.
-    if (policy::parse_policy(o->policy).kind != policy::PolicyKind::kExact) {
-      meta.policy = o->policy;
-      meta.cache_slots = o->cache > 0 ? o->cache : spec.experts;
+    if (policy::parse_policy(o->engine.policy).kind != policy::PolicyKind::kExact) {
+      meta.policy = o->engine.policy;
+      meta.cache_slots = cache;
     }
     const model::LayerWeights& first_moe = model->layer(meta.moe_layer_ids.front());
     meta.expert_bytes = model::matrix_bytes(first_moe.experts[0].gate) +

@@ -6,9 +6,12 @@ namespace steermoe::cli {
 
 void add_all_commands(CLI::App& root) {
   // One line per command file (keep alphabetical).
+  add_bench_command(root);
   add_calibrate_command(root);
+  add_compare_command(root);
   add_convert_command(root);
   add_detokenize_command(root);
+  add_kl_command(root);
   add_logits_command(root);
   add_make_model_command(root);
   add_perplexity_command(root);

@@ -11,9 +11,12 @@ namespace steermoe::cli {
 void add_all_commands(CLI::App& root);
 
 // One declaration per command file (keep alphabetical).
+void add_bench_command(CLI::App& root);
 void add_calibrate_command(CLI::App& root);
+void add_compare_command(CLI::App& root);
 void add_convert_command(CLI::App& root);
 void add_detokenize_command(CLI::App& root);
+void add_kl_command(CLI::App& root);
 void add_logits_command(CLI::App& root);
 void add_make_model_command(CLI::App& root);
 void add_perplexity_command(CLI::App& root);

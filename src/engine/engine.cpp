@@ -5,12 +5,9 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "engine/cpu/cpu_backend.hpp"
 
 namespace steermoe::engine {
-
-using kernels::Matrix;
-using model::Family;
-using model::QkNorm;
 
 void RoutingRecord::clear() {
   tokens.clear();
@@ -22,76 +19,23 @@ void RoutingRecord::clear() {
   sequence_starts.clear();
 }
 
-// Every activation buffer, sized once for max_batch tokens so that decode() never allocates.
-struct Engine::Scratch {
-  std::vector<float> x;             // [B][H] residual stream
-  std::vector<float> a;             // [B][H] normalised input of a block
-  std::vector<float> q;             // [B][heads * q_head_dim]
-  std::vector<float> k;             // [B][kv_heads * q_head_dim] (GQA) / [B][kv_lora] (MLA latent)
-  std::vector<float> v;             // [B][kv_heads * v_dim] (GQA)
-  std::vector<float> qa;            // [B][q_lora] (MLA)
-  std::vector<float> ckv;           // [B][kv_lora + rope] (MLA)
-  std::vector<float> kvb;           // [B][heads * (nope + v)] (MLA)
-  std::vector<float> attn;          // [B][heads * v_dim]
-  std::vector<float> o;             // [B][H] block output
-  std::vector<float> logits_r;      // [B][E] router logits
-  std::vector<float> z;             // [B][E] selection scores
-  std::vector<float> ws;            // [B][E] weight scores (sigmoid routers)
-  std::vector<float> pre_cur;       // [B][E] pre-gate scores for the current MoE layer
-  std::vector<float> pre_next;      // [B][E] pre-gate scores for the next MoE layer
-  std::vector<float> pre_ws;        // [E] unused weight scores of the pre-gate
-  std::vector<int32_t> sel;         // [B][K]
-  std::vector<float> selw;          // [B][K]
-  std::vector<int32_t> exp_count;   // [E]
-  std::vector<int32_t> exp_tokens;  // [E][B]
-  std::vector<float> exp_weights;   // [E][B]
-  std::vector<float> gathered;      // [B][H]
-  std::vector<float> gate;          // [B][ffn_max]
-  std::vector<float> up;            // [B][ffn_max]
-  std::vector<float> ffn_out;       // [B][H]
-  std::vector<float> shared;        // [B][H]
-  std::vector<float> exp_gu;        // [K][2 * expert_ffn] decode: gate | up per selected expert
-  std::vector<float> exp_out;       // [K][H] decode: down output per selected expert
-  std::vector<float> logits;        // [vocab] last-token logits
-
-  // [max(2K, 3)] decode: matrix products run under one synchronisation
-  std::vector<kernels::MatvecJob> jobs;
-};
-
-namespace {
-
-// The model's own scores from router logits: z (what it ranks by) and, for sigmoid routers, the
-// unbiased scores its execution weights come from.
-void router_scores(const model::ModelConfig& c, const std::vector<float>& bias, const float* logits,
-                   float* z, float* ws) {
-  const auto e_count = static_cast<size_t>(c.experts);
-  if (c.router == model::RouterScore::kSoftmax) {
-    std::memcpy(z, logits, e_count * sizeof(float));
-    std::memcpy(ws, logits, e_count * sizeof(float));
-    return;
-  }
-  for (size_t e = 0; e < e_count; ++e) {
-    const float s = 1.0f / (1.0f + std::exp(-logits[e]));
-    ws[e] = s;
-    z[e] = bias.empty() ? s : s + bias[e];
-  }
+policy::RouterSpec router_spec(const model::ModelConfig& c) {
+  policy::RouterSpec s;
+  s.experts = c.experts;
+  s.top_k = c.top_k;
+  s.layers = c.moe_layer_count();
+  s.mode = c.router == model::RouterScore::kSigmoid ? policy::ScoreMode::kSigmoid
+                                                    : policy::ScoreMode::kSoftmax;
+  s.n_group = c.n_group;
+  s.topk_group = c.topk_group;
+  s.norm_topk_prob = c.norm_topk_prob;
+  s.routed_scaling_factor = c.routed_scaling_factor;
+  s.default_window = c.family == model::Family::kDeepseekV3 ? 4 : 8;
+  return s;
 }
-
-void product(kernels::ThreadPool& pool, const Matrix& w, const float* x, int n, float* y) {
-  if (n == 1) {
-    kernels::matvec(pool, w, x, y);
-  } else {
-    kernels::matmul(pool, w, x, static_cast<size_t>(n), y);
-  }
-}
-
-}  // namespace
 
 Engine::Engine(const model::Model& model, const EngineParams& params)
-    : model_(model),
-      cfg_(model.config()),
-      params_(params),
-      pool_(static_cast<size_t>(std::max(1, params.threads))) {
+    : model_(model), cfg_(model.config()), params_(params), spec_(engine::router_spec(cfg_)) {
   if (params.threads < 1 || params.threads > 1024) {
     fail("engine", "threads", "expected 1..1024, found {}", params.threads);
   }
@@ -102,12 +46,39 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (context_ < 1 || context_ > (1 << 22)) {
     fail("engine", "context", "expected 1..4194304 positions, found {}", context_);
   }
-  routing_ =
-      std::make_unique<LayerRouting>(cfg_, params.policy, params.cache_slots, params.calibration);
-  const size_t qk = static_cast<size_t>(cfg_.q_head_dim());
-  const size_t vd = static_cast<size_t>(cfg_.v_dim());
-  kv_ = KvCache(cfg_.layers, context_, static_cast<size_t>(cfg_.kv_heads) * qk,
-                static_cast<size_t>(cfg_.kv_heads) * vd);
+
+  // Routing: the policy, the cache size and the calibration must fit the model.
+  const policy::PolicyConfig config = policy::parse_policy(params.policy);
+  slots_ = params.cache_slots > 0 ? params.cache_slots : spec_.experts;
+  policy::validate(config, spec_, slots_);
+  const policy::Calibration* calibration = params.calibration;
+  if (calibration != nullptr &&
+      (calibration->layers != spec_.layers || calibration->experts != spec_.experts ||
+       calibration->top_k != spec_.top_k)) {
+    fail("calibration", "shape",
+         "expected {} MoE layers x {} experts, top-{} (the model's), found {} x {}, top-{}",
+         spec_.layers, spec_.experts, spec_.top_k, calibration->layers, calibration->experts,
+         calibration->top_k);
+  }
+  calibration_ = calibration != nullptr ? *calibration : policy::uninformed_calibration(spec_);
+  if (params.max_inflight < 1 || params.max_inflight > 1024) {
+    fail("engine", "--max-inflight", "expected 1..1024, found {}", params.max_inflight);
+  }
+  offload_ = std::make_unique<Offload>(model_, LinkOptions{.spec = params.link, .verify = params.verify},
+                                       slots_);
+  step_ = std::make_unique<schedule::OffloadStep>(
+      spec_, config, calibration_,
+      schedule::OffloadParams{.cache_slots = slots_,
+                              .max_inflight = params.max_inflight,
+                              .expert_bytes = offload_->expert_bytes()},
+      offload_->link());
+  if (offload_->simulated_clock() != nullptr)
+    step_->simulate_compute(offload_->simulated_clock(), offload_->profile());
+  offload_->attach(step_->scheduler());
+  backend_ = std::make_unique<CpuBackend>(
+      model_, CpuBackendParams{
+                  .threads = params.threads, .context = context_, .max_batch = params.max_batch});
+
   moe_index_ = cfg_.moe_index();
   next_moe_layer_.assign(static_cast<size_t>(cfg_.layers), -1);
   for (int l = cfg_.layers - 2; l >= 0; --l) {
@@ -115,77 +86,23 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
     next_moe_layer_[static_cast<size_t>(l)] =
         cfg_.moe_layer[static_cast<size_t>(nxt)] ? nxt : next_moe_layer_[static_cast<size_t>(nxt)];
   }
-
   const auto B = static_cast<size_t>(params.max_batch);
-  const auto H = static_cast<size_t>(cfg_.hidden);
-  const auto E = static_cast<size_t>(cfg_.experts);
-  const auto K = static_cast<size_t>(cfg_.top_k);
-  const auto heads = static_cast<size_t>(cfg_.heads);
-  const size_t ffn_max =
-      static_cast<size_t>(std::max({cfg_.expert_ffn, cfg_.shared_ffn, cfg_.dense_ffn}));
-  s_ = std::make_unique<Scratch>();
-  Scratch& s = *s_;
-  s.x.resize(B * H);
-  s.a.resize(B * H);
-  s.q.resize(B * heads * qk);
-  if (cfg_.family == Family::kDeepseekV3) {
-    const auto lora = static_cast<size_t>(cfg_.mla.kv_lora_rank);
-    const auto rope = static_cast<size_t>(cfg_.mla.qk_rope_head_dim);
-    const auto nope = static_cast<size_t>(cfg_.mla.qk_nope_head_dim);
-    s.qa.resize(B * static_cast<size_t>(std::max(cfg_.mla.q_lora_rank, 1)));
-    s.ckv.resize(B * (lora + rope));
-    s.k.resize(B * lora);
-    s.kvb.resize(B * heads * (nope + vd));
-  } else {
-    s.k.resize(B * static_cast<size_t>(cfg_.kv_heads) * qk);
-    s.v.resize(B * static_cast<size_t>(cfg_.kv_heads) * vd);
-  }
-  s.attn.resize(B * heads * vd);
-  s.o.resize(B * H);
-  s.logits_r.resize(B * E);
-  s.z.resize(B * E);
-  s.ws.resize(B * E);
-  s.pre_cur.resize(B * E);
-  s.pre_next.resize(B * E);
-  s.pre_ws.resize(E);
-  s.sel.resize(B * K);
-  s.selw.resize(B * K);
-  s.exp_count.resize(E);
-  s.exp_tokens.resize(E * B);
-  s.exp_weights.resize(E * B);
-  s.gathered.resize(B * H);
-  s.gate.resize(B * ffn_max);
-  s.up.resize(B * ffn_max);
-  s.ffn_out.resize(B * H);
-  s.shared.resize(B * H);
-  s.exp_gu.resize(K * 2 * static_cast<size_t>(cfg_.expert_ffn));
-  s.exp_out.resize(K * H);
-  s.jobs.resize(std::max<size_t>(2 * K, 3));
-  s.logits.resize(static_cast<size_t>(cfg_.vocab));
-  want_pregate_ = routing_->prefetches();
-
-  // The attention kernel keeps per-thread scratch that grows with the number of positions; one
-  // call over the whole (zeroed) cache sizes it for the full context now, so that decode() never
-  // allocates later.
-  const kernels::AttentionParams ap{.n_heads = heads,
-                                    .n_kv_heads = static_cast<size_t>(cfg_.kv_heads),
-                                    .head_dim_k = qk,
-                                    .head_dim_v = vd,
-                                    .scale = cfg_.attention_scale()};
-  kernels::attention(pool_, s.q.data(), kv_.k(0, 0), kv_.v(0, 0), static_cast<size_t>(context_),
-                     s.attn.data(), ap);
+  pre_cur_.assign(B * static_cast<size_t>(cfg_.experts), 0.0f);
+  calls_.resize(B * static_cast<size_t>(cfg_.top_k));
+  want_pregate_ = step_->prefetches();
+  step_->begin_request();
 }
 
 Engine::~Engine() = default;
 
 void Engine::reset() {
   pos_ = 0;
-  routing_->reset();
+  step_->begin_request();
 }
 
 void Engine::set_recorder(RoutingRecord* record) {
   record_ = record;
-  want_pregate_ = routing_->prefetches() || record != nullptr;
+  want_pregate_ = step_->prefetches() || record != nullptr;
   if (record_ != nullptr) {
     record_->moe_layers = cfg_.moe_layer_count();
     record_->experts = cfg_.experts;
@@ -202,7 +119,7 @@ void Engine::check_token(int32_t token) const {
 
 std::span<const float> Engine::decode(int32_t token) {
   forward(std::span<const int32_t>(&token, 1), {});
-  return s_->logits;
+  return backend_->logits();
 }
 
 std::span<const float> Engine::prefill(std::span<const int32_t> tokens,
@@ -212,27 +129,31 @@ std::span<const float> Engine::prefill(std::span<const int32_t> tokens,
     fail("engine", "prefill", "logits buffer of {} floats, expected {}", all_logits.size(),
          tokens.size() * V);
   }
-  const auto B = static_cast<size_t>(params_.max_batch);
+  // Batches of max_batch tokens when every expert is addressable at once; with offloaded
+  // experts the prompt goes token by token (the decisions are the same either way, and each
+  // token's experts must be in the cache when its MoE runs).
+  const size_t B = offload_->store().all_resident() && !step_->offloaded()
+                       ? static_cast<size_t>(params_.max_batch)
+                       : 1;
   for (size_t begin = 0; begin < tokens.size(); begin += B) {
     const size_t n = std::min(B, tokens.size() - begin);
     forward(tokens.subspan(begin, n),
             all_logits.empty() ? std::span<float>() : all_logits.subspan(begin * V, n * V));
   }
-  return s_->logits;
+  return backend_->logits();
 }
 
+// The one forward loop. n == 1 is the decode step in the timing model's order (A(l), H(l),
+// wait, M(l)); n > 1 is a batched prefill whose routing runs layer-major, which makes the same
+// decisions because each layer's policy state depends only on that layer's history.
 void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logits) {
   const int n = static_cast<int>(tokens.size());
   SM_ASSERT(n >= 1 && n <= params_.max_batch);
   for (int32_t t : tokens) check_token(t);
-  cur_tokens_ = tokens;
   if (pos_ + n > context_) {
     fail("engine", "context", "{} positions used + {} new tokens exceed the context of {} (-c)",
          pos_, n, context_);
   }
-  Scratch& s = *s_;
-  const auto H = static_cast<size_t>(cfg_.hidden);
-  const auto V = static_cast<size_t>(cfg_.vocab);
   if (record_ != nullptr) {
     if (pos_ == 0) record_->sequence_starts.push_back(static_cast<int64_t>(record_->steps()));
     record_base_ = record_->steps();
@@ -246,298 +167,88 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
     record_->selected.resize(steps * lk);
     record_->weights.resize(steps * lk);
   }
-  for (int t = 0; t < n; ++t)
-    model_.embed(tokens[static_cast<size_t>(t)], &s.x[static_cast<size_t>(t) * H]);
-  std::fill(s.pre_cur.begin(), s.pre_cur.end(), 0.0f);
+  const bool token_major = n == 1;
+  if (token_major) step_->begin_token(tokens[0]);
+  backend_->embed(tokens);
+  std::fill(pre_cur_.begin(), pre_cur_.end(), 0.0f);
+  const size_t rows = static_cast<size_t>(n) * static_cast<size_t>(cfg_.experts);
 
   for (int l = 0; l < cfg_.layers; ++l) {
-    const model::LayerWeights& w = model_.layer(l);
-    for (int t = 0; t < n; ++t) {
-      const size_t off = static_cast<size_t>(t) * H;
-      kernels::rmsnorm(&s.x[off], w.attn_norm.data(), &s.a[off], H, {.eps = cfg_.rms_eps});
+    const int m = moe_index_[static_cast<size_t>(l)];
+    if (m < 0) {
+      backend_->attention(l, n, pos_);
+      backend_->dense_ffn(l, n);
+      continue;
     }
-    if (cfg_.family == Family::kDeepseekV3) {
-      attention_mla(l, n);
-    } else {
-      attention_gqa(l, n);
+    if (token_major) step_->begin_layer(m);
+    backend_->attention(l, n, pos_);
+    const int next = want_pregate_ ? next_moe_layer_[static_cast<size_t>(l)] : -1;
+    const RouterScores scores = backend_->router(l, next, n);
+    route_tokens(l, m, tokens, scores);
+    if (token_major) step_->wait(m);
+    // Only after the wait: the store hands out an expert once its slot's copy has completed.
+    const std::span<ExpertCall> calls(calls_.data(), static_cast<size_t>(n * cfg_.top_k));
+    for (ExpertCall& call : calls)
+      call.weights = &offload_->store().expert(m, l, call.expert, call.slot);
+    backend_->moe(l, n, calls);
+    if (token_major) step_->end_layer(m);
+    if (!scores.pregate_next.empty()) {
+      std::copy_n(scores.pregate_next.begin(), rows, pre_cur_.begin());
     }
-    kernels::add(s.x.data(), s.o.data(), s.x.data(), static_cast<size_t>(n) * H);
-    for (int t = 0; t < n; ++t) {
-      const size_t off = static_cast<size_t>(t) * H;
-      kernels::rmsnorm(&s.x[off], w.ffn_norm.data(), &s.a[off], H, {.eps = cfg_.rms_eps});
-    }
-    if (w.moe) {
-      moe(l, n);
-    } else {
-      dense_ffn(l, n);
-    }
-    kernels::add(s.x.data(), s.o.data(), s.x.data(), static_cast<size_t>(n) * H);
   }
-
-  // Final norm (in place: the residual stream is not needed any more) and the output head.
-  for (int t = 0; t < n; ++t) {
-    const size_t off = static_cast<size_t>(t) * H;
-    kernels::rmsnorm(&s.x[off], model_.final_norm().data(), &s.x[off], H, {.eps = cfg_.rms_eps});
-  }
-  if (!all_logits.empty()) {
-    product(pool_, model_.lm_head(), s.x.data(), n, all_logits.data());
-    std::memcpy(s.logits.data(), all_logits.data() + static_cast<size_t>(n - 1) * V,
-                V * sizeof(float));
-  } else {
-    kernels::matvec(pool_, model_.lm_head(), &s.x[static_cast<size_t>(n - 1) * H], s.logits.data());
-  }
+  backend_->head(n, all_logits);
+  if (token_major) step_->end_token();
+  counters_.tokens += n;
   pos_ += n;
 }
 
-void Engine::attention_gqa(int l, int n) {
-  Scratch& s = *s_;
-  const model::LayerWeights& w = model_.layer(l);
-  const auto hd = static_cast<size_t>(cfg_.head_dim);
-  const auto heads = static_cast<size_t>(cfg_.heads);
-  const auto kvh = static_cast<size_t>(cfg_.kv_heads);
-  const size_t qw = heads * hd, kw = kvh * hd;
-  if (n == 1) {
-    // One synchronisation for the three projections (each row is computed as by matvec).
-    s.jobs[0] = {.w = w.wq, .x = s.a.data(), .y = s.q.data()};
-    s.jobs[1] = {.w = w.wk, .x = s.a.data(), .y = s.k.data()};
-    s.jobs[2] = {.w = w.wv, .x = s.a.data(), .y = s.v.data()};
-    kernels::matvec_batch(pool_, s.jobs.data(), 3);
-  } else {
-    product(pool_, w.wq, s.a.data(), n, s.q.data());
-    product(pool_, w.wk, s.a.data(), n, s.k.data());
-    product(pool_, w.wv, s.a.data(), n, s.v.data());
-  }
-  const kernels::RmsNormParams norm{.eps = cfg_.rms_eps};
-  const kernels::RopeParams rope{.style = kernels::RopeStyle::kNeox,
-                                 .head_dim = hd,
-                                 .rot_offset = 0,
-                                 .rot_dim = hd,
-                                 .theta = cfg_.rope_theta};
-  for (int t = 0; t < n; ++t) {
-    float* q = &s.q[static_cast<size_t>(t) * qw];
-    float* k = &s.k[static_cast<size_t>(t) * kw];
-    if (cfg_.qk_norm == QkNorm::kWholeProjection) {
-      kernels::rmsnorm(q, w.q_norm.data(), q, qw, norm);
-      kernels::rmsnorm(k, w.k_norm.data(), k, kw, norm);
-    } else if (cfg_.qk_norm == QkNorm::kPerHead) {
-      kernels::rmsnorm_rows(q, w.q_norm.data(), q, heads, hd, norm);
-      kernels::rmsnorm_rows(k, w.k_norm.data(), k, kvh, hd, norm);
-    }
-    const auto pos = static_cast<size_t>(pos_ + t);
-    kernels::rope(q, heads, pos, rope);
-    kernels::rope(k, kvh, pos, rope);
-    std::memcpy(kv_.k(l, pos_ + t), k, kw * sizeof(float));
-    std::memcpy(kv_.v(l, pos_ + t), &s.v[static_cast<size_t>(t) * kw], kw * sizeof(float));
-  }
-  const kernels::AttentionParams ap{.n_heads = heads,
-                                    .n_kv_heads = kvh,
-                                    .head_dim_k = hd,
-                                    .head_dim_v = hd,
-                                    .scale = cfg_.attention_scale()};
-  if (n == 1) {
-    kernels::attention(pool_, s.q.data(), kv_.k(l, 0), kv_.v(l, 0), static_cast<size_t>(pos_ + 1),
-                       s.attn.data(), ap);
-  } else {
-    kernels::attention_prefill(pool_, s.q.data(), qw, static_cast<size_t>(n),
-                               static_cast<size_t>(pos_), kv_.k(l, 0), kv_.v(l, 0), s.attn.data(),
-                               qw, ap);
-  }
-  product(pool_, w.wo, s.attn.data(), n, s.o.data());
-}
-
-void Engine::attention_mla(int l, int n) {
-  Scratch& s = *s_;
-  const model::LayerWeights& w = model_.layer(l);
-  const model::MlaConfig& m = cfg_.mla;
-  const auto heads = static_cast<size_t>(cfg_.heads);
-  const auto nope = static_cast<size_t>(m.qk_nope_head_dim);
-  const auto rope_dim = static_cast<size_t>(m.qk_rope_head_dim);
-  const auto vd = static_cast<size_t>(m.v_head_dim);
-  const auto lora = static_cast<size_t>(m.kv_lora_rank);
-  const size_t qk = nope + rope_dim;
-  const kernels::RmsNormParams lora_norm{.eps = m.lora_norm_eps};
-  if (m.q_lora_rank > 0) {
-    const auto ql = static_cast<size_t>(m.q_lora_rank);
-    product(pool_, w.q_a, s.a.data(), n, s.qa.data());
-    for (int t = 0; t < n; ++t) {
-      float* qa = &s.qa[static_cast<size_t>(t) * ql];
-      kernels::rmsnorm(qa, w.q_a_norm.data(), qa, ql, lora_norm);
-    }
-    product(pool_, w.q_b, s.qa.data(), n, s.q.data());
-  } else {
-    product(pool_, w.q_b, s.a.data(), n, s.q.data());
-  }
-  // c = [latent (kv_lora) | shared rotary key (rope)]; the latent is normalised, then
-  // decompressed per head into [k_nope | v].
-  product(pool_, w.kv_a, s.a.data(), n, s.ckv.data());
-  for (int t = 0; t < n; ++t) {
-    kernels::rmsnorm(&s.ckv[static_cast<size_t>(t) * (lora + rope_dim)], w.kv_a_norm.data(),
-                     &s.k[static_cast<size_t>(t) * lora], lora, lora_norm);
-  }
-  product(pool_, w.kv_b, s.k.data(), n, s.kvb.data());
-  const kernels::RopeStyle style = cfg_.rope == model::RopeKind::kInterleaved
-                                       ? kernels::RopeStyle::kInterleaved
-                                       : kernels::RopeStyle::kNeox;
-  const kernels::RopeParams q_rope{.style = style,
-                                   .head_dim = qk,
-                                   .rot_offset = nope,
-                                   .rot_dim = rope_dim,
-                                   .theta = cfg_.rope_theta};
-  const kernels::RopeParams k_rope{.style = style,
-                                   .head_dim = rope_dim,
-                                   .rot_offset = 0,
-                                   .rot_dim = rope_dim,
-                                   .theta = cfg_.rope_theta};
-  for (int t = 0; t < n; ++t) {
-    const auto pos = static_cast<size_t>(pos_ + t);
-    kernels::rope(&s.q[static_cast<size_t>(t) * heads * qk], heads, pos, q_rope);
-    float* k_rot = &s.ckv[static_cast<size_t>(t) * (lora + rope_dim) + lora];
-    kernels::rope(k_rot, 1, pos, k_rope);
-    float* kc = kv_.k(l, pos_ + t);
-    float* vc = kv_.v(l, pos_ + t);
-    const float* kvb = &s.kvb[static_cast<size_t>(t) * heads * (nope + vd)];
-    for (size_t h = 0; h < heads; ++h) {
-      std::memcpy(kc + h * qk, kvb + h * (nope + vd), nope * sizeof(float));
-      std::memcpy(kc + h * qk + nope, k_rot, rope_dim * sizeof(float));
-      std::memcpy(vc + h * vd, kvb + h * (nope + vd) + nope, vd * sizeof(float));
-    }
-  }
-  const kernels::AttentionParams ap{.n_heads = heads,
-                                    .n_kv_heads = heads,
-                                    .head_dim_k = qk,
-                                    .head_dim_v = vd,
-                                    .scale = cfg_.attention_scale()};
-  if (n == 1) {
-    kernels::attention(pool_, s.q.data(), kv_.k(l, 0), kv_.v(l, 0), static_cast<size_t>(pos_ + 1),
-                       s.attn.data(), ap);
-  } else {
-    kernels::attention_prefill(pool_, s.q.data(), heads * qk, static_cast<size_t>(n),
-                               static_cast<size_t>(pos_), kv_.k(l, 0), kv_.v(l, 0), s.attn.data(),
-                               heads * vd, ap);
-  }
-  product(pool_, w.wo, s.attn.data(), n, s.o.data());
-}
-
-void Engine::swiglu_block(const model::SwigluWeights& w, int ffn, const float* in, int n,
-                          float* out) {
-  Scratch& s = *s_;
-  product(pool_, w.gate, in, n, s.gate.data());
-  product(pool_, w.up, in, n, s.up.data());
-  kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(),
-                  static_cast<size_t>(n) * static_cast<size_t>(ffn));
-  product(pool_, w.down, s.gate.data(), n, out);
-}
-
-void Engine::dense_ffn(int l, int n) {
-  swiglu_block(model_.layer(l).dense, cfg_.dense_ffn, s_->a.data(), n, s_->o.data());
-}
-
-// Router scores of MoE layer l for the n tokens, the pre-gate scores of the next MoE layer, and
-// the policy's decisions (layer-major: token order within the layer).
-void Engine::route(int l, int m, int n) {
-  Scratch& s = *s_;
-  const model::LayerWeights& w = model_.layer(l);
+// The policy step of MoE layer `m` for each token, and the expert calls it gives.
+void Engine::route_tokens(int /*layer*/, int m, std::span<const int32_t> tokens,
+                          const RouterScores& scores) {
   const auto E = static_cast<size_t>(cfg_.experts);
   const auto K = static_cast<size_t>(cfg_.top_k);
-  product(pool_, w.router, s.a.data(), n, s.logits_r.data());
-  for (int t = 0; t < n; ++t) {
-    const size_t off = static_cast<size_t>(t) * E;
-    router_scores(cfg_, w.router_bias, &s.logits_r[off], &s.z[off], &s.ws[off]);
-  }
-  const int next = next_moe_layer_[static_cast<size_t>(l)];
-  if (want_pregate_ && next >= 0) {
-    const model::LayerWeights& wn = model_.layer(next);
-    product(pool_, wn.router, s.a.data(), n, s.logits_r.data());
-    for (int t = 0; t < n; ++t) {
-      const size_t off = static_cast<size_t>(t) * E;
-      router_scores(cfg_, wn.router_bias, &s.logits_r[off], &s.pre_next[off], s.pre_ws.data());
-    }
-  }
-  const bool prefetch = routing_->prefetches() && m >= 1;
-  const auto L = static_cast<size_t>(cfg_.moe_layer_count());
-  for (int t = 0; t < n; ++t) {
-    const size_t off = static_cast<size_t>(t) * E;
-    routing_->begin_token(m, cur_tokens_[static_cast<size_t>(t)]);
-    if (prefetch) routing_->prefetch(m, std::span<const float>(&s.pre_cur[off], E));
-    const policy::Decision& d = routing_->select(m, std::span<const float>(&s.z[off], E),
-                                                 std::span<const float>(&s.ws[off], E));
+  const bool token_major = tokens.size() == 1;
+  const bool prefetch = step_->prefetches() && m >= 1;
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const size_t off = t * E;
+    const std::span<const float> z = scores.z.subspan(off, E);
+    const std::span<const float> ws = scores.weight_scores.subspan(off, E);
+    const policy::Decision& d =
+        token_major
+            ? step_->host(m, z, ws,
+                          scores.pregate_next.empty() ? std::span<const float>{}
+                                                      : scores.pregate_next.subspan(off, E))
+            : step_->route_layer_major(m, tokens[t],
+                                       prefetch ? std::span<const float>(&pre_cur_[off], E)
+                                                : std::span<const float>{},
+                                       z, ws);
     SM_ASSERT(d.selected.size() == K && d.weights.size() == K);
-    std::copy(d.selected.begin(), d.selected.end(), &s.sel[static_cast<size_t>(t) * K]);
-    std::copy(d.weights.begin(), d.weights.end(), &s.selw[static_cast<size_t>(t) * K]);
-    if (record_ != nullptr) {
-      const size_t step = record_base_ + static_cast<size_t>(t);
-      const size_t row = (step * L + static_cast<size_t>(m));
-      std::copy_n(&s.z[off], E, &record_->scores[row * E]);
-      std::copy_n(&s.pre_cur[off], E, &record_->pregate[row * E]);
-      if (record_->sigmoid) std::copy_n(&s.ws[off], E, &record_->weight_scores[row * E]);
-      std::copy(d.selected.begin(), d.selected.end(), &record_->selected[row * K]);
-      std::copy(d.weights.begin(), d.weights.end(), &record_->weights[row * K]);
+    counters_.layer_steps += 1;
+    counters_.replaced += d.replaced;
+    counters_.demand += static_cast<int64_t>(d.demand.size());
+    counters_.prefetch += static_cast<int64_t>(d.prefetch.size());
+    for (size_t i = 0; i < K; ++i) {
+      calls_[t * K + i] = {.weights = nullptr,
+                           .expert = d.selected[i],
+                           .slot = d.selected_slot[i],
+                           .weight = d.weights[i]};
     }
+    if (record_ != nullptr) record_rows(m, static_cast<int>(t), d, scores);
   }
-  std::swap(s.pre_cur, s.pre_next);
 }
 
-void Engine::moe(int l, int n) {
-  Scratch& s = *s_;
-  const model::LayerWeights& w = model_.layer(l);
-  const auto H = static_cast<size_t>(cfg_.hidden);
+void Engine::record_rows(int m, int t, const policy::Decision& d, const RouterScores& scores) {
   const auto E = static_cast<size_t>(cfg_.experts);
   const auto K = static_cast<size_t>(cfg_.top_k);
-  const auto B = static_cast<size_t>(params_.max_batch);
-  route(l, moe_index_[static_cast<size_t>(l)], n);
-
-  std::fill_n(s.o.begin(), static_cast<size_t>(n) * H, 0.0f);
-  if (n == 1) {
-    // Gate and up of every selected expert under one synchronisation, then every down under
-    // another: the weights of all K experts stream back to back (each row computed as by
-    // matvec). Selected experts are ascending and accumulated in that order: the same
-    // accumulation order as the batched path.
-    const auto F = static_cast<size_t>(cfg_.expert_ffn);
-    for (size_t i = 0; i < K; ++i) {
-      const model::SwigluWeights& ex = w.experts[static_cast<size_t>(s.sel[i])];
-      float* gu = &s.exp_gu[i * 2 * F];
-      s.jobs[2 * i] = {.w = ex.gate, .x = s.a.data(), .y = gu};
-      s.jobs[2 * i + 1] = {.w = ex.up, .x = s.a.data(), .y = gu + F};
-    }
-    kernels::matvec_batch(pool_, s.jobs.data(), 2 * K);
-    for (size_t i = 0; i < K; ++i) {
-      float* gu = &s.exp_gu[i * 2 * F];
-      kernels::swiglu(gu, gu + F, gu, F);
-      const model::SwigluWeights& ex = w.experts[static_cast<size_t>(s.sel[i])];
-      s.jobs[i] = {.w = ex.down, .x = gu, .y = &s.exp_out[i * H]};
-    }
-    kernels::matvec_batch(pool_, s.jobs.data(), K);
-    for (size_t i = 0; i < K; ++i) kernels::axpy(s.selw[i], &s.exp_out[i * H], s.o.data(), H);
-  } else {
-    // Group tokens by expert, run each expert once over its tokens, scatter in expert order.
-    std::fill(s.exp_count.begin(), s.exp_count.end(), 0);
-    for (int t = 0; t < n; ++t) {
-      for (size_t i = 0; i < K; ++i) {
-        const auto e = static_cast<size_t>(s.sel[static_cast<size_t>(t) * K + i]);
-        const auto c = static_cast<size_t>(s.exp_count[e]++);
-        s.exp_tokens[e * B + c] = t;
-        s.exp_weights[e * B + c] = s.selw[static_cast<size_t>(t) * K + i];
-      }
-    }
-    for (size_t e = 0; e < E; ++e) {
-      const int count = s.exp_count[e];
-      if (count == 0) continue;
-      for (int c = 0; c < count; ++c) {
-        const auto t = static_cast<size_t>(s.exp_tokens[e * B + static_cast<size_t>(c)]);
-        std::memcpy(&s.gathered[static_cast<size_t>(c) * H], &s.a[t * H], H * sizeof(float));
-      }
-      swiglu_block(w.experts[e], cfg_.expert_ffn, s.gathered.data(), count, s.ffn_out.data());
-      for (int c = 0; c < count; ++c) {
-        const auto t = static_cast<size_t>(s.exp_tokens[e * B + static_cast<size_t>(c)]);
-        kernels::axpy(s.exp_weights[e * B + static_cast<size_t>(c)],
-                      &s.ffn_out[static_cast<size_t>(c) * H], &s.o[t * H], H);
-      }
-    }
-  }
-  if (w.shared.present()) {
-    swiglu_block(w.shared, cfg_.shared_ffn, s.a.data(), n, s.shared.data());
-    kernels::add(s.o.data(), s.shared.data(), s.o.data(), static_cast<size_t>(n) * H);
-  }
+  const auto L = static_cast<size_t>(cfg_.moe_layer_count());
+  const size_t off = static_cast<size_t>(t) * E;
+  const size_t step = record_base_ + static_cast<size_t>(t);
+  const size_t row = step * L + static_cast<size_t>(m);
+  std::copy_n(&scores.z[off], E, &record_->scores[row * E]);
+  std::copy_n(&pre_cur_[off], E, &record_->pregate[row * E]);
+  if (record_->sigmoid) std::copy_n(&scores.weight_scores[off], E, &record_->weight_scores[row * E]);
+  std::copy(d.selected.begin(), d.selected.end(), &record_->selected[row * K]);
+  std::copy(d.weights.begin(), d.weights.end(), &record_->weights[row * K]);
 }
 
 }  // namespace steermoe::engine

@@ -1,6 +1,6 @@
 // A discrete-event model of one copy link, driven by a simulated clock. A copy starts at the
 // later of its enqueue time and the end of the previous copy (one FIFO stream) and takes
-// `latency + bytes / bandwidth` (policy-spec.md, "Timing model", rule 4). Because the queue is
+// `latency + bytes / bandwidth` (docs/policy-contract.md "Timing model" 4). Because the queue is
 // FIFO and durations are known at enqueue, each copy's completion time is fixed when it is
 // enqueued; the clock moves only through advance() (compute or host work of the caller) and
 // wait() (a stall). Nothing allocates in steady state: in-flight copies live in a ring that only

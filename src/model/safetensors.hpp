@@ -46,6 +46,9 @@ class SafetensorsFile {
 
   const std::string& name() const { return name_; }
   uint64_t data_offset() const { return data_offset_; }  // 8 + header length
+  // The whole file's bytes (the mapping when opened from a path): a tensor's file offset is
+  // its data pointer minus bytes().data().
+  std::span<const std::byte> bytes() const { return bytes_; }
   // The "__metadata__" string map (empty if absent).
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Tensors sorted by data offset (= file order of the bytes).

@@ -19,7 +19,7 @@ std::span<const PriorEntry> TokenPrior::row(int layer, int32_t token) const {
 
 namespace {
 
-// Experts by count, highest first, ties to the lower index (policy-spec "warm set").
+// Experts by count, highest first, ties to the lower index (docs/policy-contract.md "warm set").
 std::vector<int32_t> order_by_count(const std::vector<uint64_t>& counts) {
   std::vector<int32_t> order(counts.size());
   std::iota(order.begin(), order.end(), 0);

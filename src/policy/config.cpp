@@ -139,7 +139,7 @@ PolicyConfig parse_policy(std::string_view text) {
     fail(fmt::format("{} '{}'", kWhere, full), "physical mode",
          "expected physical:cacheprior:... or physical:psr:...");
   }
-  // Defaults per policy (policy-spec.md "Named policies").
+  // Defaults per policy (docs/policy-contract.md "Named policies").
   switch (config.kind) {
     case PolicyKind::kExact:
       config.evict = Evict::kLru;

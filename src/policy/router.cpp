@@ -1,6 +1,7 @@
-// The per-(token, layer) policy step of policy-spec.md ("The step", "Eviction priorities",
-// "Numerics"). Every arithmetic operation here is float32 in the spec's order; the library is
-// compiled with -ffp-contract=off so no FMA can change a bit.
+// The per-(token, layer) policy step of docs/policy-contract.md ("The per-(token, layer)
+// step", "Eviction priorities", "Numerics"). Every arithmetic operation here is float32 in
+// the contract's order; the library is compiled with -ffp-contract=off so no FMA can change a
+// bit.
 #include "policy/router.hpp"
 
 #include <algorithm>
@@ -92,6 +93,8 @@ RequestRouter::RequestRouter(const RouterSpec& spec, const PolicyConfig& config,
   group_score_.resize(std::max(spec.n_group, 1));
   group_kept_.resize(std::max(spec.n_group, 1));
   weights_.resize(k);
+  layer_step_.assign(l, 0);
+  layer_token_.assign(l, 0);
   reset();
 }
 
@@ -100,23 +103,32 @@ void RequestRouter::reset() {
     caches_[l].reset(std::span<const int32_t>(calib_->expert_order[l]).first(slots_));
     have_pregate_[l] = 0;
   }
-  step_ = 0;
-  token_ = 0;
+  std::fill(layer_step_.begin(), layer_step_.end(), 0);
+  std::fill(layer_token_.begin(), layer_token_.end(), 0);
 }
 
 void RequestRouter::begin_token(int32_t token) {
-  ++step_;
-  token_ = token;
+  for (int l = 0; l < spec_.layers; ++l) {
+    ++layer_step_[l];
+    layer_token_[l] = token;
+  }
+}
+
+void RequestRouter::begin_token(int layer, int32_t token) {
+  SM_ASSERT(layer >= 0 && layer < spec_.layers);
+  ++layer_step_[layer];
+  layer_token_[layer] = token;
 }
 
 // Starts the (step, layer) step once: clears the outputs and B, and fixes the priorities.
 void RequestRouter::begin_layer_step(int layer) {
   LayerCache& c = caches_[layer];
-  SM_ASSERT_MSG(step_ > 0, "begin_token must be called before routing a token");
-  if (c.step_started_ == step_) return;
-  c.step_started_ = step_;
+  const int64_t step = layer_step_[layer];
+  SM_ASSERT_MSG(step > 0, "begin_token must be called before routing a token");
+  if (c.step_started_ == step) return;
+  c.step_started_ = step;
   Decision& d = decisions_[layer];
-  d.step = step_;
+  d.step = step;
   d.selected.clear();
   d.selected_slot.clear();
   d.weights.clear();
@@ -132,9 +144,10 @@ void RequestRouter::begin_layer_step(int layer) {
   if (config_.evict == Evict::kA) {
     for (int e = 0; e < e_count; ++e) c.priority_[e] = c.fast_[e] + c.slow_[e];
     const TokenPrior& prior = calib_->prior;
-    if (!prior.empty() && token_ >= 0 && token_ < prior.vocab) {
-      const uint32_t occurrences = prior.occurrences[token_];
-      for (const PriorEntry& entry : prior.row(layer, token_)) {
+    const int32_t token = layer_token_[layer];
+    if (!prior.empty() && token >= 0 && token < prior.vocab) {
+      const uint32_t occurrences = prior.occurrences[token];
+      for (const PriorEntry& entry : prior.row(layer, token)) {
         const float p = static_cast<float>(entry.count) / static_cast<float>(occurrences);
         c.priority_[entry.expert] = (c.fast_[entry.expert] + c.slow_[entry.expert]) + p;
       }
@@ -169,7 +182,7 @@ int RequestRouter::argmin_priority(const LayerCache& c, bool skip_selected,
 }
 
 // Inserts `expert`, evicting `victim` (or taking the lowest free slot when victim < 0).
-int RequestRouter::insert(LayerCache& c, int expert, int victim, Decision& d) {
+int RequestRouter::insert(LayerCache& c, int expert, int victim, int64_t step, Decision& d) {
   int slot;
   if (victim >= 0) {
     slot = c.slot_of_[victim];
@@ -184,7 +197,7 @@ int RequestRouter::insert(LayerCache& c, int expert, int victim, Decision& d) {
   c.expert_in_slot_[slot] = expert;
   c.slot_of_[expert] = slot;
   ++c.size_;
-  c.last_use_[expert] = step_;
+  c.last_use_[expert] = step;
   return slot;
 }
 
@@ -193,7 +206,7 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
   SM_ASSERT(pregate.size() == static_cast<size_t>(spec_.experts));
   const int budget = config_.prefetch_budget;
   const bool speculative = config_.kind == PolicyKind::kSpec;
-  // n = 0 means no part 1 at all (policy-spec "Part 1"): nothing inserted and nothing protected,
+  // n = 0 means no part 1 at all (contract "Part 1"): nothing inserted and nothing protected,
   // so the step's B stays empty. Speculative execution still needs the ranking for S.
   if (budget == 0 && !speculative) return {};
   begin_layer_step(layer);
@@ -217,7 +230,7 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
       victim = argmin_priority(c, /*skip_selected=*/false, /*skip_protected=*/true);
       if (victim < 0) break;  // [decided] window wider than the cache: stop part 1
     }
-    const int slot = insert(c, e, victim, d);
+    const int slot = insert(c, e, victim, layer_step_[layer], d);
     c.protected_[e] = 1;
     d.prefetch.push_back(Copy{e, slot});
     ++inserted;
@@ -308,12 +321,12 @@ const Decision& RequestRouter::select(int layer, std::span<const float> z,
       if (victim < 0) victim = argmin_priority(c, /*skip_selected=*/true, /*skip_protected=*/false);
       SM_ASSERT(victim >= 0);  // C >= K guarantees a non-selected resident exists
     }
-    const int slot = insert(c, e, victim, d);
+    const int slot = insert(c, e, victim, layer_step_[layer], d);
     d.demand.push_back(Copy{e, slot});
   }
   for (int e : d.selected) {
     d.selected_slot.push_back(c.slot_of_[e]);
-    c.last_use_[e] = step_;
+    c.last_use_[e] = layer_step_[layer];
     in_selected_[e] = 0;
   }
 

@@ -1,4 +1,4 @@
-// The logical expert cache and the per-(token, layer) policy step of policy-spec.md.
+// The logical expert cache and the per-(token, layer) policy step of docs/policy-contract.md.
 // One RequestRouter per request row: it owns the logical cache of every MoE layer. Routing reads
 // only this logical state (and, in the `physical` demonstration mode only, an "issued copies"
 // mask supplied by the scheduler). Nothing here allocates after construction.
@@ -72,8 +72,13 @@ class RequestRouter {
 
   // New request: every layer back to its warm set; EMAs, LRU clocks, running ranges cleared.
   void reset();
-  // Starts the next step (token) with input token id `token` (for the token prior).
+  // Starts the next step (token) of every layer with input token id `token` (for the prior).
   void begin_token(int32_t token);
+  // Starts the next step of one layer only. The state of layer l depends only on layer l's own
+  // history, so a batched prefill may route layer-major (all tokens of layer l, then of l+1)
+  // with this and make exactly the token-major decisions. Part 1 for layer l at a step runs
+  // after that layer's begin_token for the step.
+  void begin_token(int layer, int32_t token);
 
   // Part 1 for `layer` (>= 1): pregate = router `layer` applied to the MoE input of layer-1.
   // Returns the prefetch insertions (also kept in decision(layer).prefetch).
@@ -94,13 +99,14 @@ class RequestRouter {
   const LayerCache& cache(int layer) const { return caches_[layer]; }
   const RouterSpec& spec() const { return spec_; }
   const PolicyConfig& config() const { return config_; }
-  int64_t step() const { return step_; }
+  // Steps (tokens) layer `layer` has begun since reset.
+  int64_t step(int layer = 0) const { return layer_step_[layer]; }
   int cache_slots() const { return slots_; }
 
  private:
   void begin_layer_step(int layer);
   float layer_range(int layer, std::span<const float> z);
-  int insert(LayerCache& cache, int expert, int victim, Decision& d);
+  int insert(LayerCache& cache, int expert, int victim, int64_t step, Decision& d);
   int argmin_priority(const LayerCache& cache, bool skip_selected, bool skip_protected) const;
 
   RouterSpec spec_;
@@ -108,8 +114,8 @@ class RequestRouter {
   const Calibration* calib_;
   int slots_;
   int window_;
-  int64_t step_ = 0;
-  int32_t token_ = 0;
+  std::vector<int64_t> layer_step_;   // [L] step of each layer (token index from 1)
+  std::vector<int32_t> layer_token_;  // [L] input token of each layer's current step
   bool compute_weights_ = true;
   std::vector<LayerCache> caches_;
   std::vector<Decision> decisions_;
@@ -147,7 +153,7 @@ void model_top_k(const RouterSpec& spec, std::span<const float> selection,
                  std::span<float> group_score, std::span<uint8_t> group_kept,
                  std::span<float> masked);
 
-// Execution weights of `selected` by the model's own rule (see policy-spec.md "Weights").
+// Execution weights of `selected` by the model's own rule (see docs/policy-contract.md "Weights").
 void execution_weights(const RouterSpec& spec, std::span<const float> weight_scores,
                        std::span<const int32_t> selected, std::span<float> out);
 

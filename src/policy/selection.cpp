@@ -295,7 +295,7 @@ void model_top_k(const RouterSpec& spec, std::span<const float> selection,
   }
   // DeepSeek-V3 group-limited selection: a group scores the sum of its two best selection
   // scores; the best topk_group groups are kept (ties to the lower group); experts of the other
-  // groups are masked to 0.0 as transformers does (policy-spec: bonus included in the scores).
+  // groups are masked to 0.0 as transformers does (policy contract: bonus included in the scores).
   const int group_size = spec.experts / spec.n_group;
   for (int g = 0; g < spec.n_group; ++g) {
     float best = -INFINITY, second = -INFINITY;

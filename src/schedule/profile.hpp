@@ -1,4 +1,4 @@
-// Hardware profiles: the durations the simulated clock charges (policy-spec.md "Timing model").
+// Hardware profiles: the durations the simulated clock charges (policy contract "Timing model").
 // A profile is a small JSON file in data/profiles/ (format and sources in its README.md).
 #pragma once
 

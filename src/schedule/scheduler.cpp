@@ -354,6 +354,7 @@ const TokenStats& TransferScheduler::end_token() {
   SM_ASSERT(host_layer_ < 0);
   token_.latency = link_->now() - token_.start;
   ++totals_.tokens;
+  totals_.latency += token_.latency;
   totals_.demand += token_.demand;
   totals_.prefetch_emitted += token_.prefetch_emitted;
   totals_.prefetch_enqueued += token_.prefetch_enqueued;

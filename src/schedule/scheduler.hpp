@@ -1,5 +1,5 @@
 // The transfer scheduler: turns the routing policy's logical insertions into copies on one Link
-// and decides when each MoE layer may run (policy-spec.md, "Physical scheduling" and "Timing
+// and decides when each MoE layer may run (docs/policy-contract.md, "Physical scheduling", "Timing
 // model"). It mirrors the logical slot map from the insertions it is given, so it needs no
 // access to the policy's state; it reads time only from the Link, so the same code drives the
 // simulated clock and, later, real copies in the engine.
@@ -38,7 +38,7 @@ struct SchedulerConfig {
 // What kind of copy last wrote a slot (used to attribute stalls).
 enum class CopyKind : uint8_t { kNone, kWarm, kDemand, kPrefetch };
 
-// Accounting of one decode token. Prefetch classification (exclusive; policy-spec.md "Timing
+// Accounting of one decode token. Prefetch classification (exclusive; policy contract "Timing
 // model"): a prefetch emitted for layer l of this token is `in_time` if its expert is in S and
 // its copy completed by the end of H(l), `late` if its expert is in S and its copy had not
 // completed (or not even been enqueued) by then, `unused` if its expert is not in S.
@@ -65,6 +65,7 @@ struct TokenStats {
 // Totals over every token since construction (or reset_totals), plus per-layer breakdowns.
 struct RunTotals {
   int64_t tokens = 0;
+  double latency = 0;  // sum of token latencies (link clock)
   int64_t requests = 0;
   int64_t demand = 0;
   int64_t prefetch_emitted = 0;

@@ -6,6 +6,7 @@
 #include "common/error.hpp"
 #include "link/simulated_link.hpp"
 #include "policy/router.hpp"
+#include "schedule/offload_step.hpp"
 
 namespace steermoe::schedule {
 
@@ -68,13 +69,16 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
   link::SimulatedLink link({.bandwidth_bytes_per_s = profile.link_bandwidth_bytes_per_s,
                             .latency_s = profile.link_latency_s});
   link.enable_log(options.keep_events);
-  TransferScheduler scheduler({.layers = layers,
-                               .experts = spec.experts,
-                               .slots = slots,
-                               .max_inflight = options.max_inflight,
-                               .expert_bytes = profile.expert_bytes},
-                              link);
-  policy::RequestRouter router(spec, config, calibration, slots);
+  OffloadStep step(spec, config, calibration,
+                   {.cache_slots = slots,
+                    .max_inflight = options.max_inflight,
+                    .expert_bytes = profile.expert_bytes},
+                   &link);
+  step.simulate_compute(&link, &profile);
+  // Execution weights are the model's computation, not the policy's: the trace has no weight
+  // scores to compute them from.
+  step.router().set_compute_weights(false);
+  TransferScheduler& scheduler = *step.scheduler();
 
   SimResult result;
   result.policy = config.to_string();
@@ -86,58 +90,44 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
     result.decisions.reserve(static_cast<size_t>(steps) * layers * spec.top_k);
   uint64_t hash = kFnvOffset;
 
-  std::vector<int32_t> slot_experts(static_cast<size_t>(layers) * slots);
   const std::vector<int64_t> single_request{0};
   const std::span<const int64_t> starts = trace.sequence_starts.empty()
                                               ? std::span<const int64_t>(single_request)
                                               : trace.sequence_starts;
-  const std::span<const uint8_t> no_mask;
   size_t next_request = 0;
   for (int64_t t = 0; t < steps; ++t) {
     if (next_request < starts.size() && starts[next_request] == t) {
       ++next_request;
-      router.reset();
-      for (int l = 0; l < layers; ++l) {
-        for (int s = 0; s < slots; ++s)
-          slot_experts[static_cast<size_t>(l) * slots + s] = router.cache(l).expert_in_slot(s);
-      }
-      scheduler.begin_request(slot_experts);
+      step.begin_request();
     }
-    router.begin_token(trace.tokens[static_cast<size_t>(t)]);
-    scheduler.begin_token();
-    link.advance(profile.dense_s);
+    step.begin_token(trace.tokens[static_cast<size_t>(t)]);
     for (int l = 0; l < layers; ++l) {
-      LayerEvent event;
-      event.attention_start = link.now();
-      link.advance(profile.attention_s);  // A(l)
-      event.host_start = link.now();
-      const std::span<const uint8_t> issued = scheduler.begin_host(l);
-      const policy::Decision& d =
-          router.select(l, trace.score_row(t, l), {}, config.physical ? issued : no_mask);
-      std::span<const policy::Copy> prefetch;
-      if (l + 1 < layers) prefetch = router.prefetch(l + 1, trace.pregate_row(t, l + 1));
-      link.advance(profile.host_policy_s);  // H(l)
-      event.host_end = link.now();
-      scheduler.end_host(l, d.selected, d.selected_slot, d.demand, prefetch);
-      scheduler.wait_for_layer(l, d.selected_slot);
-      event.moe_start = link.now();
-      link.advance(profile.moe_fixed_s +
-                   static_cast<double>(d.selected.size()) * profile.moe_per_expert_s);  // M(l)
-      event.moe_end = link.now();
+      step.begin_layer(l);
+      const std::span<const float> pregate_next =
+          l + 1 < layers ? trace.pregate_row(t, l + 1) : std::span<const float>{};
+      const policy::Decision& d = step.host(l, trace.score_row(t, l), {}, pregate_next);
+      step.wait(l);
+      step.end_layer(l);
       hash_in(hash, t);
       hash_in(hash, l);
       for (const int32_t e : d.selected) hash_in(hash, e);
       if (options.keep_decisions)
         result.decisions.insert(result.decisions.end(), d.selected.begin(), d.selected.end());
       if (options.keep_events) {
+        const LayerTiming& timing = step.timing();
+        LayerEvent event;
         event.step = t;
         event.layer = l;
+        event.attention_start = timing.attention_start;
+        event.host_start = timing.host_start;
+        event.host_end = timing.host_end;
+        event.moe_start = timing.moe_start;
+        event.moe_end = timing.moe_end;
         event.slots.assign(d.selected_slot.begin(), d.selected_slot.end());
         result.events.push_back(std::move(event));
       }
     }
-    link.advance(profile.head_s);
-    const TokenStats& token = scheduler.end_token();
+    const TokenStats& token = *step.end_token();
     result.token_latency.push_back(token.latency);
     result.token_copies.push_back(token.copies());
   }

@@ -17,7 +17,7 @@
 
 namespace steermoe::schedule {
 
-// The arrays of a router trace (trace-format.md), flat and row-major.
+// The arrays of a router trace (docs/trace-format.md), flat and row-major.
 struct TraceView {
   int layers = 0;
   int experts = 0;

@@ -1,5 +1,6 @@
 // Calibration from a trace recorded under exact routing: runs policy::Calibrator over every step
-// of every sequence (policy-spec.md: "Calibration counts every step of the held-out trace").
+// of every sequence (docs/policy-contract.md: "Calibration counts every step of the held-out
+// trace").
 #pragma once
 
 #include <nlohmann/json.hpp>

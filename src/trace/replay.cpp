@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "common/json_input.hpp"
+#include "schedule/offload_step.hpp"
 
 namespace steermoe::trace {
 namespace {
@@ -242,22 +243,26 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
   summary.loop = loop.loop;
   summary.loop_reason = loop.reason;
 
-  policy::RequestRouter router(spec, config, calibration, options.cache_slots);
+  schedule::OffloadStep step(spec, config, calibration, {.cache_slots = options.cache_slots});
   const bool sigmoid_weights = spec.mode == policy::ScoreMode::kSigmoid;
   const auto& starts = trace.sequence_starts();
   size_t next_start = 0;
   std::string buffer;
   for (int64_t t = 0; t < trace.steps(); ++t) {
     if (next_start < starts.size() && starts[next_start] == t) {
-      router.reset();
+      step.begin_request();
       ++next_start;
     }
-    router.begin_token(trace.token(t));
+    step.begin_token(trace.token(t));
     for (int l = 0; l < meta.layers; ++l) {
       // Softmax routers take their weights from z itself; sigmoid ones need the unbiased scores.
       const std::span<const float> weight_scores =
           sigmoid_weights ? trace.weights_scores(t, l) : std::span<const float>{};
-      const policy::Decision& d = router.select(l, trace.scores(t, l), weight_scores);
+      const std::span<const float> pregate_next =
+          l + 1 < meta.layers ? trace.pregate(t, l + 1) : std::span<const float>{};
+      // The decision line shows layer l's cache after its own step: part 1 of layer l+1 (run in
+      // the same H(l)) changes only layer l+1.
+      const policy::Decision& d = step.host(l, trace.scores(t, l), weight_scores, pregate_next);
       LayerTotals& totals = summary.per_layer[static_cast<size_t>(l)];
       totals.demand += d.demand.size();
       totals.prefetch += d.prefetch.size();
@@ -265,11 +270,10 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
       totals.replaced += static_cast<uint64_t>(d.replaced);
       if (options.decisions != nullptr) {
         buffer.clear();
-        const std::vector<int32_t> resident = router.cache(l).resident_sorted();
+        const std::vector<int32_t> resident = step.router().cache(l).resident_sorted();
         append_decision_line(buffer, t, l, d.selected, d.prefetch, d.demand, d.evicted, resident);
         options.decisions->write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
       }
-      if (l + 1 < meta.layers) router.prefetch(l + 1, trace.pregate(t, l + 1));
     }
   }
   if (options.decisions != nullptr) {

@@ -1,7 +1,7 @@
-// Replays a trace through policy::RequestRouter in the order the engine runs it (policy-spec.md,
-// "Timing model"): reset at each sequence start; per token begin_token, then for each layer l
-// select(l) (part 2) followed by prefetch(l+1) (part 1 of the next layer, run in H(l)).
-// Produces the decisions JSON lines (trace-format.md) and a summary.
+// Replays a trace through policy::RequestRouter in the order the engine runs it
+// (docs/policy-contract.md, "Timing model"): reset at each sequence start; per token begin_token,
+// then for each layer l select(l) (part 2) followed by prefetch(l+1) (part 1 of the next layer, run
+// in H(l)). Produces the decisions JSON lines (docs/trace-format.md) and a summary.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// Router traces (docs: trace-format.md in the shared docs; summary in README.md here): a folder
+// Router traces (docs/trace-format.md; summary in README.md here): a folder
 // with meta.json, tokens.npy [T], scores.npy [T,L,E], pregate.npy [T,L,E], optional
 // weights_scores.npy [T,L,E] and optional sequences.npy [S]. Trace opens and validates one
 // (arrays memory-mapped); TraceWriter records one step by step, as the engine produces it.

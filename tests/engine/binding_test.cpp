@@ -17,7 +17,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::HasSubstr;
 
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
 // Copies the olmoe oracle GGUF, letting `edit` change one tensor's (name, dtype, shape) or drop
 // it (return false).

@@ -20,7 +20,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::HasSubstr;
 
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
 struct Result {
   int status = -1;
@@ -173,12 +173,12 @@ TEST(Cli, PerplexityUnderACacheAwarePolicy) {
   const json jp = json::parse(psr.output.substr(psr.output.find('{')));
   EXPECT_EQ(jp.at("cache"), 6);
   EXPECT_NE(je.at("nll").get<double>(), jp.at("nll").get<double>());
-  // A calibration of another model's shape is rejected.
+  // A calibration of another model's shape is rejected, naming the file.
   const Result bad =
       run("perplexity -m " + (kOracle / "deepseek2_moonlight" / "model.gguf").string() + " -f " +
           text.string() + " --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
   EXPECT_NE(bad.status, 0);
-  EXPECT_THAT(bad.output, HasSubstr(calib.string() + ": shape: expected a calibration of"));
+  EXPECT_THAT(bad.output, HasSubstr(calib.string() + ": layers/experts/top_k"));
 
   // A trace recorded under the cache-aware policy is its own closed loop: replaying it under the
   // same policy and cache reproduces the decisions the engine made, and meta.json says so.

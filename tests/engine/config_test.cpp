@@ -21,7 +21,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 using testing::HasSubstr;
 
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
 json oracle_json(const std::string& model) {
   std::ifstream in(kOracle / model / "hf" / "config.json");

@@ -24,7 +24,7 @@ namespace steermoe::engine {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
 int run_cli(const std::string& args) {
   const std::string cmd = std::string(STEERMOE_BINARY) + " " + args + " > /dev/null 2>&1";

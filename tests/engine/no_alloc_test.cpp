@@ -86,7 +86,7 @@ namespace steermoe::engine {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
 TEST(NoAllocation, DecodeAllocatesNothing) {
   for (const char* m : {"olmoe", "qwen3moe", "deepseek2_v3", "deepseek2_moonlight"}) {

@@ -12,7 +12,7 @@ namespace steermoe::engine {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
 struct Recorded {
   std::vector<float> logits;

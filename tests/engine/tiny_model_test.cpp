@@ -1,15 +1,18 @@
 // The shipped trained model (models/steer-olmoe-tiny, HF folder, BF16) against its PyTorch
 // reference (float32 compute on the BF16 weights upcast): logits, argmax and routed experts on
-// three sequences. Skipped while the model is absent. The BF16-dot-product kernel level rounds
-// activations to bf16 (like a bf16 model), so this test runs the f32-activation level that
-// matches the reference's arithmetic.
+// three sequences; and the pre-gate scores (router l on the MoE input of layer l-1) against the
+// same model's PyTorch computation of them (tools/train/pregate_reference.py). Skipped while the
+// model is absent. The BF16-dot-product kernel level rounds activations to bf16 (like a bf16
+// model), so these tests run the f32-activation level that matches the reference's arithmetic.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <set>
 
 #include "engine/engine.hpp"
@@ -90,6 +93,103 @@ TEST(TinyModel, MatchesPyTorchReference) {
       }
     }
     EXPECT_GT(compared, static_cast<int>(L * tokens.size() * 9 / 10));
+  }
+}
+
+// Experts by score, descending, ties to the lower index (the pre-gate ranking g).
+std::vector<int> ranking(const float* row, size_t E) {
+  std::vector<int> order(E);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
+  return order;
+}
+
+// RoutingRecord::pregate row l must be router l applied to the MoE input (post-attention-norm
+// hidden state) of layer l-1, row 0 zero. Wrong router or wrong hidden state: O(1) errors.
+TEST(TinyModel, PregateMatchesPyTorchReference) {
+  const fs::path ref_file = kModel / "reference" / "pregate.json";
+  if (!fs::exists(kModel / "model.safetensors") || !fs::exists(ref_file)) {
+    GTEST_SKIP() << "models/steer-olmoe-tiny not present";
+  }
+  IsaGuard isa;
+  auto model = model::Model::load(kModel);
+  std::ifstream in(ref_file);
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  const auto E = static_cast<size_t>(model->config().experts);
+  const auto L = static_cast<size_t>(model->config().moe_layer_count());
+  ASSERT_EQ(ref.at("layers").get<size_t>(), L);
+  ASSERT_EQ(ref.at("experts").get<size_t>(), E);
+  constexpr size_t kWindow = 8;  // the default pre-gate window W
+  for (const auto& seq : ref.at("sequences")) {
+    const auto tokens = seq.at("tokens").get<std::vector<int32_t>>();
+    const std::vector<float> want =
+        read_f32(kModel / "reference" / seq.at("pregate_file").get<std::string>());
+    ASSERT_EQ(want.size(), tokens.size() * L * E);
+    float scale = 0.0f;
+    for (float v : want) scale = std::max(scale, std::fabs(v));
+    ASSERT_GT(scale, 0.5f);
+    // The pre-gate scores are router products over activations that agree with PyTorch as
+    // closely as the logits do (measured 1e-5 at |logit| ~ 10 in the test above): 1e-5 of the
+    // largest |score| (~7e-5; measured error ~4e-6). A wrong router or input is off by O(1).
+    const float tol = 1e-5f * scale;
+    for (bool batched : {false, true}) {
+      RoutingRecord record;
+      Engine engine(*model, {.context = static_cast<int>(tokens.size())});
+      engine.set_recorder(&record);
+      if (batched) {
+        engine.prefill(tokens);
+      } else {
+        for (int32_t t : tokens) engine.decode(t);
+      }
+      ASSERT_EQ(record.pregate.size(), want.size());
+      float max_diff = 0.0f;
+      size_t worst = 0, over = 0, row0_nonzero = 0;
+      int ranked = 0, rank_mismatches = 0;
+      size_t first_mismatch = 0;
+      const size_t W = kWindow;
+      for (size_t p = 0; p < tokens.size(); ++p) {
+        for (size_t l = 0; l < L; ++l) {
+          const size_t row = (p * L + l) * E;
+          const float* got = &record.pregate[row];
+          const float* exp = &want[row];
+          if (l == 0) {  // the first MoE layer has no pre-gate
+            row0_nonzero +=
+                static_cast<size_t>(std::count_if(got, got + E, [](float v) { return v != 0.0f; }));
+            continue;
+          }
+          for (size_t e = 0; e < E; ++e) {
+            const float d = std::fabs(got[e] - exp[e]);
+            over += d > tol ? 1 : 0;
+            if (d > max_diff) {
+              max_diff = d;
+              worst = row + e;
+            }
+          }
+          // The first W of the ranking, where the reference has no near tie at the cut.
+          const std::vector<int> want_rank = ranking(exp, E);
+          if (exp[want_rank[W - 1]] - exp[want_rank[W]] <= 2 * tol) continue;
+          const std::vector<int> got_rank = ranking(got, E);
+          const auto w = static_cast<ptrdiff_t>(W);
+          if (std::set<int>(got_rank.begin(), got_rank.begin() + w) !=
+              std::set<int>(want_rank.begin(), want_rank.begin() + w)) {
+            if (rank_mismatches++ == 0) first_mismatch = p * L + l;
+          }
+          ++ranked;
+        }
+      }
+      EXPECT_EQ(row0_nonzero, 0u) << "row 0 (first MoE layer) must be zero";
+      EXPECT_LE(max_diff, tol) << over << " of " << tokens.size() * (L - 1) * E
+                               << " scores off; worst at position " << worst / E / L << " layer "
+                               << worst / E % L << " expert " << worst % E << ": engine "
+                               << record.pregate[worst] << ", reference " << want[worst];
+      EXPECT_EQ(rank_mismatches, 0)
+          << "first W pre-gate experts differ from the reference, first at "
+          << "position " << first_mismatch / L << " layer " << first_mismatch % L;
+      EXPECT_GT(ranked, static_cast<int>(tokens.size() * (L - 1) * 9 / 10));
+      std::printf("[ tiny     ] %s %s: max |pregate diff| %.3g (tolerance %.3g), %d rankings\n",
+                  seq.at("source_doc").get<std::string>().c_str(),
+                  batched ? "batched" : "incremental", max_diff, tol, ranked);
+    }
   }
 }
 

@@ -17,16 +17,13 @@
 
 namespace steermoe::model::testing {
 
-// The oracle is not in the repository: it sits in shared/ beside the checkout (as in CI);
-// STEERMOE_ORACLE_DIR overrides. A missing oracle fails the test (never a silent skip).
-inline std::filesystem::path oracle() {
-  if (const char* env = std::getenv("STEERMOE_ORACLE_DIR")) return env;
-  return std::filesystem::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
-}
+// The llama.cpp oracle, committed under tests/data/oracle (see its README). A missing oracle
+// fails the test (never a silent skip).
+inline std::filesystem::path oracle() { return std::filesystem::path(STEERMOE_ORACLE_DIR); }
 #define SKIP_WITHOUT_ORACLE()                                                           \
   if (!std::filesystem::exists(::steermoe::model::testing::oracle() / "README.md"))     \
   GTEST_FAIL() << "oracle folder not found at " << ::steermoe::model::testing::oracle() \
-               << " (shared/ beside the checkout, or set STEERMOE_ORACLE_DIR)"
+               << " (tests/data/oracle of the repository)"
 
 class Bytes {
  public:

@@ -24,7 +24,7 @@ namespace {
 namespace fs = std::filesystem;
 using Json = nlohmann::json;
 
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 constexpr float kLogitTolerance = 1e-4f;
 constexpr float kWeightTolerance = 1e-5f;
 

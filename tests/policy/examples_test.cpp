@@ -1,5 +1,5 @@
-// Hand-worked examples of policy-spec.md, one per named policy. Each step lists the expected
-// S, emitted copies, evictions and the slot map, derived by hand in the comments.
+// Hand-worked examples of docs/policy-contract.md, one per named policy. Each step lists the
+// expected S, emitted copies, evictions and the slot map, derived by hand in the comments.
 #include <gtest/gtest.h>
 
 #include <cmath>

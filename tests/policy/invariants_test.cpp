@@ -1,6 +1,6 @@
-// Properties of policy-spec.md "What must be tested" on long random traces: invariants of every
-// policy, equivalence of cacheprior with a naive implementation of Skliar et al.'s rule, and
-// determinism.
+// Properties of docs/policy-contract.md "What the tests must cover" on long random traces:
+// invariants of every policy, equivalence of cacheprior with a naive implementation of Skliar et
+// al.'s rule, and determinism.
 #include <gtest/gtest.h>
 
 #include <algorithm>

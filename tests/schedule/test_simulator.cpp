@@ -9,6 +9,7 @@
 #include "alloc_counter.hpp"
 #include "link/simulated_link.hpp"
 #include "policy/router.hpp"
+#include "schedule/offload_step.hpp"
 #include "schedule/simulator.hpp"
 #include "synthetic.hpp"
 
@@ -38,12 +39,12 @@ struct Case {
   int max_inflight;
 };
 
-// The FNV-1a hash the simulator computes over (step, layer, S), from a plain router run with
-// no scheduler at all (what `replay` does).
+// The FNV-1a hash the simulator computes over (step, layer, S), from a logical-only step with
+// no link and no scheduler at all (what `replay` does).
 uint64_t replay_hash(const SyntheticTrace& trace, const policy::PolicyConfig& config,
                      const policy::Calibration& calib, int slots, int64_t* demand,
                      int64_t* prefetch) {
-  policy::RequestRouter router(trace.spec, config, calib, slots);
+  OffloadStep step(trace.spec, config, calib, {.cache_slots = slots});
   const TraceView v = trace.view();
   uint64_t h = 1469598103934665603ull;
   auto in = [&](int64_t x) {
@@ -55,15 +56,16 @@ uint64_t replay_hash(const SyntheticTrace& trace, const policy::PolicyConfig& co
   size_t next = 0;
   for (int64_t t = 0; t < v.steps(); ++t) {
     if (next < trace.starts.size() && trace.starts[next] == t) {
-      router.reset();
+      step.begin_request();
       ++next;
     }
-    router.begin_token(v.tokens[static_cast<size_t>(t)]);
+    step.begin_token(v.tokens[static_cast<size_t>(t)]);
     for (int l = 0; l < v.layers; ++l) {
-      const policy::Decision& d = router.select(l, v.score_row(t, l));
+      const std::span<const float> pregate_next =
+          l + 1 < v.layers ? v.pregate_row(t, l + 1) : std::span<const float>{};
+      const policy::Decision& d = step.host(l, v.score_row(t, l), {}, pregate_next);
       *demand += static_cast<int64_t>(d.demand.size());
-      if (l + 1 < v.layers)
-        *prefetch += static_cast<int64_t>(router.prefetch(l + 1, v.pregate_row(t, l + 1)).size());
+      if (l + 1 < v.layers) *prefetch += static_cast<int64_t>(step.router().decision(l + 1).prefetch.size());
       in(t);
       in(l);
       for (int32_t e : d.selected) in(e);
@@ -252,33 +254,27 @@ TEST(Simulator, HotPathAllocatesNothingAfterWarmUp) {
     const policy::PolicyConfig config = policy::parse_policy(text);
     const int slots = 8;
     link::SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0});
-    TransferScheduler scheduler(
-        {.layers = 4, .experts = 16, .slots = slots, .max_inflight = 2, .expert_bytes = 1000},
-        link);
-    policy::RequestRouter router(trace.spec, config, calib, slots);
-    std::vector<int32_t> warm(static_cast<size_t>(4) * slots);
-    for (int l = 0; l < 4; ++l)
-      for (int s = 0; s < slots; ++s)
-        warm[static_cast<size_t>(l) * slots + s] = router.cache(l).expert_in_slot(s);
-    scheduler.begin_request(warm);
+    HardwareProfile profile;
+    profile.attention_s = 300e-6;
+    profile.host_policy_s = 20e-6;
+    profile.moe_fixed_s = 500e-6;
+    OffloadStep step(trace.spec, config, calib,
+                     {.cache_slots = slots, .max_inflight = 2, .expert_bytes = 1000}, &link);
+    step.simulate_compute(&link, &profile);
+    step.begin_request();
     for (int64_t t = 0; t < v.steps(); ++t) {
       if (t == 50) steermoe::testing::start_counting_allocations();  // warm-up over
-      router.begin_token(v.tokens[static_cast<size_t>(t)]);
-      scheduler.begin_token();
+      step.begin_token(v.tokens[static_cast<size_t>(t)]);
       for (int l = 0; l < 4; ++l) {
-        link.advance(300e-6);
-        const auto issued = scheduler.begin_host(l);
-        const policy::Decision& d = router.select(
-            l, v.score_row(t, l), {}, config.physical ? issued : std::span<const uint8_t>{});
-        std::span<const policy::Copy> prefetch;
-        if (l + 1 < 4) prefetch = router.prefetch(l + 1, v.pregate_row(t, l + 1));
-        link.advance(20e-6);
-        scheduler.end_host(l, d.selected, d.selected_slot, d.demand, prefetch);
-        scheduler.wait_for_layer(l, d.selected_slot);
-        link.advance(500e-6);
+        step.begin_layer(l);
+        step.host(l, v.score_row(t, l), {},
+                  l + 1 < 4 ? v.pregate_row(t, l + 1) : std::span<const float>{});
+        step.wait(l);
+        step.end_layer(l);
       }
-      scheduler.end_token();
+      step.end_token();
     }
+    const TransferScheduler& scheduler = *step.scheduler();
     EXPECT_EQ(steermoe::testing::stop_counting_allocations(), 0) << text;
     EXPECT_GT(scheduler.totals().demand + scheduler.totals().prefetch_enqueued, 100) << text;
   }

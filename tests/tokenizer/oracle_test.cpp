@@ -1,4 +1,4 @@
-// Every case of the llama.cpp oracle (shared/oracle/tokenizer/cases.json beside the checkout) from both
+// Every case of the llama.cpp oracle (tests/data/oracle/tokenizer/cases.json) from both
 // tokenizer.json and model.gguf: identical ids (with and without special-token parsing), the
 // stored token strings, and decode(encode(text)) == text.
 #include <gtest/gtest.h>

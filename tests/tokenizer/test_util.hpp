@@ -3,7 +3,6 @@
 
 #include <unistd.h>
 
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,13 +10,9 @@
 
 namespace steermoe::tokenizer::test {
 
-// The oracle lives outside the repository, in shared/ beside the checkout (as in CI);
-// STEERMOE_TOKENIZER_ORACLE overrides the location.
+// The llama.cpp tokenizer oracle, committed under tests/data/oracle/tokenizer.
 inline std::filesystem::path oracle_path(const std::string& name) {
-  if (const char* env = std::getenv("STEERMOE_TOKENIZER_ORACLE"))
-    return std::filesystem::path(env) / name;
-  return std::filesystem::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle" / "tokenizer" /
-         name;
+  return std::filesystem::path(STEERMOE_ORACLE_DIR) / "tokenizer" / name;
 }
 
 inline std::string read_file(const std::filesystem::path& path) {

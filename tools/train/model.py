@@ -1,6 +1,6 @@
 """OLMoE-architecture model (PyTorch) for steer-olmoe-tiny.
 
-Semantics follow /work/shared/docs/architectures.md section 1 and HF OlmoeForCausalLM:
+Semantics follow HF OlmoeForCausalLM:
   pre-norm blocks, RMSNorm (eps 1e-5, weight * normalised x), q_norm / k_norm over the WHOLE
   q / k projection (not per head), NeoX rotate-half RoPE over the full head (theta 1e4),
   causal softmax attention with scale head_dim^-0.5, no biases, router = softmax(gate(x)) in

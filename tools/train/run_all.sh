@@ -24,6 +24,7 @@ $PY tools/train/train_tokenizer.py --workdir "$WORK" --vocab 4096
 $PY tools/train/train.py --workdir "$WORK" --seed "$SEED" --steps "$STEPS" --stop-step "$STOP_STEP" --threads 1
 $PY tools/train/export.py --workdir "$WORK" --out "$OUT"
 $PY tools/train/reference.py --workdir "$WORK" --model "$OUT"
+$PY tools/train/pregate_reference.py --model "$OUT"
 $PY tools/train/stats.py --workdir "$WORK" --model "$OUT" --out "$OUT/routing_stats.json"
 $PY tools/train/plot_curve.py --log "$WORK/train_log.jsonl" --out "$OUT/training_curve.png"
 cp "$WORK/train_log.jsonl" "$OUT/train_log.jsonl"

@@ -16,7 +16,7 @@ Statistics (per MoE layer l, exact top-8 routing, positions within a window):
   reuse_any4     fraction of token t's experts used by any of tokens t-1..t-4
   pregate_recall for l >= 1: |S_t(l) ∩ first 8 of g(l)| / 8 where g(l) ranks router l applied to
                  the MoE input (post_attention_layernorm output) of layer l-1, as in
-                 /work/shared/docs/policy-spec.md
+                 docs/policy-contract.md
   lru_hit@C      hit rate of a per-layer LRU cache of C experts under exact routing, reset per window
   load           fraction of assignments per expert: max and min relative to uniform (1/64),
                  coefficient of variation, and how many experts take half of the assignments

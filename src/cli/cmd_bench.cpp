@@ -1,0 +1,174 @@
+// `steermoe bench`: the latency protocol over text windows (eval/bench.hpp); markdown table on
+// stdout, the raw per-round figures with --json.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/checks.hpp"
+#include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
+#include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "eval/bench.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+
+namespace {
+
+std::string read_text(const std::string& path) {
+  return read_input_file(path, "a text file");  // regular files only, bounded size
+}
+
+// Consecutive, non-overlapping windows of `len` tokens from the start of `ids` (at most
+// `count`).
+std::vector<std::vector<int32_t>> text_windows(const std::vector<int32_t>& ids, int count,
+                                               int len, const std::string& file) {
+  std::vector<std::vector<int32_t>> out;
+  for (size_t begin = 0; begin + static_cast<size_t>(len) <= ids.size() &&
+                         static_cast<int>(out.size()) < count;
+       begin += static_cast<size_t>(len)) {
+    out.emplace_back(ids.begin() + static_cast<ptrdiff_t>(begin),
+                     ids.begin() + static_cast<ptrdiff_t>(begin + static_cast<size_t>(len)));
+  }
+  if (out.empty())
+    fail(file, "text", "expected at least one window of {} tokens, the text has {}", len,
+         ids.size());
+  return out;
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string file;
+    std::vector<std::string> policies{"exact:evict=lru"};
+    int rounds = 3;
+    int windows = 4;
+    int window_len = 64;
+    int threads = 1;
+    int generate = 0;
+    std::string prompts;
+    bool no_floor = false;
+    bool token_ms = false;
+    std::string json;
+    EngineOptions engine;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "bench",
+      "Latency protocol: teacher-forced decode over text windows, configurations interleaved per "
+      "round; markdown table and --json");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("-f,--file", o->file, "Text file the windows are taken from");
+  cmd->add_option("--policy", o->policies, "Routing policies, one configuration each")
+      ->expected(1, -1)
+      ->capture_default_str();
+  cmd->add_option("--rounds", o->rounds, "Timing rounds (configurations interleaved in each)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--windows", o->windows, "Text windows (sequences) per round")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--window-len", o->window_len, "Tokens per window, each decoded one at a time")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--generate", o->generate,
+                  "Greedy generation of N tokens per prompt instead of teacher forcing")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--prompts", o->prompts, "With --generate: a file of prompts, one per line");
+  cmd->add_flag("--no-floor", o->no_floor, "Leave out the all-experts-resident floor row");
+  cmd->add_flag("--token-ms", o->token_ms, "Keep every token's latency in the JSON (for CDFs)");
+  cmd->add_option("--json", o->json, "Write the raw per-round figures (steermoe.bench/1) here");
+  add_engine_options(cmd, o->engine, /*with_policy=*/false);
+  cmd->final_callback([o] {
+    if (o->generate > 0 && o->prompts.empty())
+      fail("bench", "--prompts", "expected a prompts file with --generate");
+    if (o->generate == 0 && o->file.empty())
+      fail("bench", "-f", "expected a text file (or --generate N --prompts FILE)");
+    auto model = model::Model::load(o->model);
+    const model::ModelConfig& cfg = model->config();
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
+    std::vector<std::vector<int32_t>> sequences;
+    int context = o->window_len;
+    if (o->generate > 0) {
+      std::istringstream lines(read_text(o->prompts));
+      for (std::string line; std::getline(lines, line);) {
+        if (line.empty()) continue;
+        sequences.push_back(tok.encode(line, {.parse_special = true, .add_special = true}));
+        if (sequences.back().empty()) sequences.pop_back();
+        if (static_cast<int>(sequences.size()) >= o->windows) break;
+      }
+      if (sequences.empty()) fail(o->prompts, "prompts", "expected at least one non-empty line");
+      context = 0;
+      for (const auto& s : sequences) context = std::max(context, static_cast<int>(s.size()));
+      context += o->generate;
+    } else {
+      const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
+      sequences = text_windows(ids, o->windows, o->window_len, o->file);
+    }
+    const int cache = resolve_cache(o->engine, cfg);
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration = load_calibration(calib_path, cfg);
+    std::vector<eval::BenchConfig> configs;
+    for (const std::string& p : o->policies) {
+      require_calibration(p, cache, cfg, calibration.has_value(), o->model);
+      configs.push_back({.name = fmt::format("{}@{} {}", p, cache, o->engine.link),
+                         .policy = p,
+                         .cache = cache,
+                         .residency = static_cast<double>(cache) / cfg.experts,
+                         .link = o->engine.link});
+    }
+    if (!o->no_floor) {
+      configs.push_back({.name = "all experts resident",
+                         .policy = "exact:evict=lru",
+                         .cache = cfg.experts,
+                         .residency = 1.0,
+                         .link = "resident",
+                         .resident = true});
+    }
+    const auto make = [&](const eval::BenchConfig& c) {
+      EngineOptions e = o->engine;
+      e.link = c.link;
+      return std::make_unique<engine::Engine>(
+          *model, engine_params(e, c.policy, c.cache, calibration ? &*calibration : nullptr,
+                                o->threads, context));
+    };
+    const auto progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "bench: %lld/%lld (round x configuration) done\n",
+                   static_cast<long long>(done), static_cast<long long>(total));
+    };
+    const std::vector<eval::BenchResult> results =
+        eval::run_bench(configs, make, sequences,
+                        {.rounds = o->rounds, .token_ms = o->token_ms, .generate = o->generate},
+                        progress);
+    std::printf("%s", eval::bench_table(results).c_str());
+    if (!o->json.empty()) {
+      const nlohmann::json header{{"model", o->model},
+                                  {"file", o->generate > 0 ? o->prompts : o->file},
+                                  {"rounds", o->rounds},
+                                  {"windows", sequences.size()},
+                                  {"window_len", o->window_len},
+                                  {"generate", o->generate},
+                                  {"threads", o->threads},
+                                  {"max_inflight", o->engine.max_inflight},
+                                  {"calibration", calib_path}};
+      std::ofstream out(o->json, std::ios::binary | std::ios::trunc);
+      out << eval::bench_json(results, header).dump(1) << "\n";
+      out.close();
+      if (!out) fail(o->json, "write", "could not write the bench JSON");
+    }
+  });
+}
+
+}  // namespace steermoe::cli

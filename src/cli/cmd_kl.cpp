@@ -1,0 +1,96 @@
+// `steermoe kl`: per configuration, the KL divergence of its next-token distributions from exact
+// routing's over the same teacher-forced windows (eval/kl.hpp); markdown and --json.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/checks.hpp"
+#include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
+#include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "eval/kl.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+
+void add_kl_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string file;
+    std::vector<std::string> policies;
+    int window_len = 256;
+    int max_windows = 0;
+    int threads = 1;
+    std::string json;
+    EngineOptions engine;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "kl", "KL divergence from exact routing per configuration (teacher forced, same windows)");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("-f,--file", o->file, "Text file")->required();
+  cmd->add_option("--policy", o->policies, "Routing policies, one configuration each")
+      ->expected(1, -1)
+      ->required();
+  cmd->add_option("--window-len", o->window_len, "Tokens per window (each a fresh sequence)")
+      ->check(CLI::Range(2, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-windows", o->max_windows, "Score at most this many windows (0: all)")
+      ->check(CLI::Range(0, 1 << 30));
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("--json", o->json, "Write the rows (steermoe.kl/1) here");
+  add_engine_options(cmd, o->engine, /*with_policy=*/false);
+  cmd->final_callback([o] {
+    auto model = model::Model::load(o->model);
+    const model::ModelConfig& cfg = model->config();
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
+    const std::vector<int32_t> ids =
+        tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});
+    const int cache = resolve_cache(o->engine, cfg);
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration = load_calibration(calib_path, cfg);
+    const policy::Calibration* calib = calibration ? &*calibration : nullptr;
+    // Output never depends on the link, so every configuration runs with experts resident.
+    EngineOptions resident = o->engine;
+    resident.link = "resident";
+    engine::Engine exact(*model, engine_params(resident, "exact:evict=lru", cfg.experts, calib,
+                                               o->threads, o->window_len));
+    std::vector<std::unique_ptr<engine::Engine>> engines;
+    std::vector<engine::Engine*> pointers;
+    for (const std::string& p : o->policies) {
+      require_calibration(p, cache, cfg, calib != nullptr, o->model);
+      engines.push_back(std::make_unique<engine::Engine>(
+          *model, engine_params(resident, p, cache, calib, o->threads, o->window_len)));
+      pointers.push_back(engines.back().get());
+    }
+    const auto progress = [](int64_t done, int64_t total) {
+      if (done == total || done % 10 == 0)
+        std::fprintf(stderr, "kl: %lld/%lld windows\n", static_cast<long long>(done),
+                     static_cast<long long>(total));
+    };
+    const std::vector<eval::KlRow> rows = eval::kl_divergence(
+        exact, pointers, cfg.vocab, ids,
+        {.window = o->window_len, .max_windows = o->max_windows}, progress);
+    std::printf("%s", eval::kl_table(rows).c_str());
+    if (!o->json.empty()) {
+      nlohmann::json doc = eval::kl_json(rows);
+      doc["model"] = o->model;
+      doc["file"] = o->file;
+      doc["window_len"] = o->window_len;
+      doc["calibration"] = calib_path;
+      std::ofstream out(o->json, std::ios::binary | std::ios::trunc);
+      out << doc.dump(1) << "\n";
+      out.close();
+      if (!out) fail(o->json, "write", "could not write the KL JSON");
+    }
+  });
+}
+
+}  // namespace steermoe::cli

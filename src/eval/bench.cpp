@@ -1,0 +1,224 @@
+#include "eval/bench.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "common/error.hpp"
+#include "eval/stats.hpp"
+
+namespace steermoe::eval {
+
+namespace {
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const double rank = std::ceil(q * static_cast<double>(v.size()));
+  const size_t i = static_cast<size_t>(std::clamp(rank, 1.0, static_cast<double>(v.size()))) - 1;
+  return v[i];
+}
+
+size_t argmax(std::span<const float> row) {
+  return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+// Adds the decode figures of one sequence to `sum` (only the fields the report uses).
+void add_totals(schedule::RunTotals& sum, const schedule::RunTotals& t) {
+  sum.tokens += t.tokens;
+  sum.latency += t.latency;
+  sum.demand += t.demand;
+  sum.prefetch_enqueued += t.prefetch_enqueued;
+  sum.prefetch_in_time += t.prefetch_in_time;
+  sum.prefetch_late += t.prefetch_late;
+  sum.prefetch_unused += t.prefetch_unused;
+  sum.prefetch_dropped += t.prefetch_dropped;
+  sum.stall += t.stall;
+  sum.stall_on_demand += t.stall_on_demand;
+  sum.stall_on_prefetch += t.stall_on_prefetch;
+  sum.stall_on_other += t.stall_on_other;
+  sum.host += t.host;
+  sum.bytes += t.bytes;
+}
+
+BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> sequences,
+                     const BenchOptions& options, int round) {
+  using Clock = std::chrono::steady_clock;
+  BenchRound r;
+  r.round = round;
+  std::vector<double> ms;
+  schedule::TransferScheduler* sched = e.offload().scheduler();
+  schedule::RunTotals sum;
+  int64_t logical_tokens = 0, logical_demand = 0, logical_prefetch = 0;
+  for (const std::vector<int32_t>& seq : sequences) {
+    e.reset();  // warm-up copies: prompt time, not in the figures
+    std::span<const float> logits;
+    // With --generate the prompt is processed first, outside the figures.
+    if (options.generate > 0) logits = e.prefill(seq);
+    if (sched != nullptr) sched->reset_totals();
+    const engine::RoutingCounters before = e.counters();
+    if (options.generate > 0) {
+      for (int i = 0; i < options.generate; ++i) {
+        const auto next = static_cast<int32_t>(argmax(logits));
+        const auto t0 = Clock::now();
+        logits = e.decode(next);
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+    } else {
+      for (const int32_t token : seq) {
+        const auto t0 = Clock::now();
+        e.decode(token);
+        ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+      }
+    }
+    if (sched != nullptr) add_totals(sum, sched->totals());
+    const engine::RoutingCounters& now = e.counters();
+    logical_demand += now.demand - before.demand;
+    logical_prefetch += now.prefetch - before.prefetch;
+    logical_tokens += now.tokens - before.tokens;
+  }
+  r.tokens = static_cast<int64_t>(ms.size());
+  double total_ms = 0;
+  for (double v : ms) total_ms += v;
+  r.mean_ms = total_ms / std::max<double>(static_cast<double>(r.tokens), 1.0);
+  r.p50_ms = percentile(ms, 0.5);
+  r.p99_ms = percentile(ms, 0.99);
+  if (options.token_ms) r.token_ms = ms;
+  if (sched != nullptr) {
+    const double st = std::max<double>(static_cast<double>(sum.tokens), 1.0);
+    r.physical = true;
+    r.demand = static_cast<double>(sum.demand) / st;
+    r.prefetch = static_cast<double>(sum.prefetch_enqueued) / st;
+    r.in_time = static_cast<double>(sum.prefetch_in_time) / st;
+    r.late = static_cast<double>(sum.prefetch_late) / st;
+    r.unused = static_cast<double>(sum.prefetch_unused) / st;
+    r.dropped = static_cast<double>(sum.prefetch_dropped) / st;
+    r.stall_ms = sum.stall * 1e3 / st;
+    r.stall_demand_ms = sum.stall_on_demand * 1e3 / st;
+    r.stall_prefetch_ms = sum.stall_on_prefetch * 1e3 / st;
+    r.stall_other_ms = sum.stall_on_other * 1e3 / st;
+    r.host_ms = sum.host * 1e3 / st;
+    r.link_gb_per_s =
+        total_ms > 0 ? static_cast<double>(sum.bytes) / (total_ms * 1e-3) / 1e9 : 0.0;
+    if (e.experts().kind() == engine::LinkKind::kSim) r.sim_mean_ms = sum.latency * 1e3 / st;
+  } else {
+    const double lt = std::max<double>(static_cast<double>(logical_tokens), 1.0);
+    r.demand = static_cast<double>(logical_demand) / lt;
+    r.prefetch = static_cast<double>(logical_prefetch) / lt;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::vector<BenchResult> run_bench(
+    std::span<const BenchConfig> configs,
+    const std::function<std::unique_ptr<engine::Engine>(const BenchConfig&)>& make_engine,
+    std::span<const std::vector<int32_t>> sequences, const BenchOptions& options,
+    const std::function<void(int64_t, int64_t)>& progress) {
+  if (configs.empty()) fail("bench", "--policy", "expected at least one configuration");
+  if (sequences.empty()) fail("bench", "windows", "expected at least one window of tokens");
+  if (options.rounds < 1) fail("bench", "--rounds", "expected >= 1, found {}", options.rounds);
+  std::vector<BenchResult> results(configs.size());
+  for (size_t c = 0; c < configs.size(); ++c) results[c].config = configs[c];
+  const auto count = static_cast<int64_t>(configs.size());
+  int64_t done = 0;
+  for (int round = 0; round < options.rounds; ++round) {
+    for (int64_t i = 0; i < count; ++i) {
+      const auto c = static_cast<size_t>((i + round) % count);
+      std::unique_ptr<engine::Engine> e = make_engine(configs[c]);
+      results[c].rounds.push_back(run_round(*e, sequences, options, round));
+      if (progress) progress(++done, count * options.rounds);
+    }
+  }
+  return results;
+}
+
+nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::json& header) {
+  nlohmann::json doc = header;
+  doc["schema"] = "steermoe.bench/1";
+  nlohmann::json configs = nlohmann::json::array();
+  for (const BenchResult& b : results) {
+    nlohmann::json rounds = nlohmann::json::array();
+    for (const BenchRound& r : b.rounds) {
+      nlohmann::json j{
+          {"round", r.round},
+          {"tokens", r.tokens},
+          {"ms_per_token", {{"mean", r.mean_ms}, {"p50", r.p50_ms}, {"p99", r.p99_ms}}},
+          {"copies_per_token",
+           {{"demand", r.demand}, {"prefetch", r.prefetch}, {"total", r.demand + r.prefetch}}},
+          {"copies_source", r.physical ? "scheduler" : "logical"},
+          {"prefetch_per_token",
+           {{"in_time", r.in_time}, {"late", r.late}, {"unused", r.unused}, {"dropped", r.dropped}}},
+          {"stall_ms_per_token",
+           {{"total", r.stall_ms},
+            {"demand", r.stall_demand_ms},
+            {"prefetch", r.stall_prefetch_ms},
+            {"other", r.stall_other_ms}}},
+          {"host_ms_per_token", r.host_ms},
+          {"link_gb_per_s", r.link_gb_per_s}};
+      if (r.sim_mean_ms > 0) j["sim_ms_per_token"] = r.sim_mean_ms;
+      if (!r.token_ms.empty()) j["token_ms"] = r.token_ms;
+      rounds.push_back(std::move(j));
+    }
+    configs.push_back({{"name", b.config.name},
+                       {"policy", b.config.policy},
+                       {"cache", b.config.cache},
+                       {"residency", b.config.residency},
+                       {"link", b.config.link},
+                       {"resident", b.config.resident},
+                       {"rounds", rounds}});
+  }
+  doc["configurations"] = configs;
+  return doc;
+}
+
+std::string bench_table(std::span<const BenchResult> results) {
+  auto means = [](const BenchResult& b) {
+    std::vector<double> v;
+    for (const BenchRound& r : b.rounds) v.push_back(r.mean_ms);
+    return v;
+  };
+  auto avg = [](const BenchResult& b, double BenchRound::*field) {
+    double s = 0;
+    for (const BenchRound& r : b.rounds) s += r.*field;
+    return b.rounds.empty() ? 0.0 : s / static_cast<double>(b.rounds.size());
+  };
+  // Speed-ups are against the first non-floor configuration (usually exact LRU), paired by round.
+  const BenchResult* base = nullptr;
+  for (const BenchResult& b : results)
+    if (!b.config.resident) {
+      base = &b;
+      break;
+    }
+  std::string out =
+      "| configuration | ms/token mean [95% CI over rounds] | p50 | p99 | speed-up vs first | "
+      "copies/token demand + prefetch (late, unused) | stall ms | host ms (% of token) |\n"
+      "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const BenchResult& b : results) {
+    const std::vector<double> m = means(b);
+    const MeanInterval mi = mean_t_interval(m);
+    std::string speedup = "-";
+    if (base != nullptr && base != &b && means(*base).size() == m.size() && m.size() >= 2) {
+      const RatioResult rr = latency_ratio(m, means(*base));
+      speedup = fmt::format("{:.2f}x [{:.2f}, {:.2f}]", rr.ratio, rr.ci_low, rr.ci_high);
+    } else if (base != nullptr && base != &b && !m.empty()) {
+      speedup = fmt::format("{:.2f}x", avg(*base, &BenchRound::mean_ms) / avg(b, &BenchRound::mean_ms));
+    }
+    const double host = avg(b, &BenchRound::host_ms);
+    const double mean = avg(b, &BenchRound::mean_ms);
+    out += fmt::format(
+        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, {:.2f}) | "
+        "{:.3f} | {:.4f} ({:.2f}%) |\n",
+        b.config.name, mean, m.size() >= 2 ? mi.ci_low : mean, m.size() >= 2 ? mi.ci_high : mean,
+        avg(b, &BenchRound::p50_ms), avg(b, &BenchRound::p99_ms), speedup,
+        avg(b, &BenchRound::demand), avg(b, &BenchRound::prefetch), avg(b, &BenchRound::late),
+        avg(b, &BenchRound::unused), avg(b, &BenchRound::stall_ms), host,
+        mean > 0 ? 100.0 * host / mean : 0.0);
+  }
+  return out;
+}
+
+}  // namespace steermoe::eval

@@ -1,0 +1,70 @@
+// The latency protocol (`steermoe bench`): teacher-forced decoding over text windows (or greedy
+// generation from prompts), every configuration over the same tokens, configurations interleaved
+// within each round (the starting configuration rotates from round to round), one fresh engine
+// per (round, configuration) so that no configuration inherits another's warm state. Per round:
+// mean, p50 and p99 ms/token, copies per token by kind, stall by cause, host policy time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+
+namespace steermoe::eval {
+
+struct BenchConfig {
+  std::string name;    // label ("psr:lambda=0.3,n=1@32 disk")
+  std::string policy;  // policy string
+  int cache = 0;       // C
+  double residency = 0;
+  std::string link;    // --link value
+  bool resident = false;  // the all-experts-resident floor row
+};
+
+struct BenchOptions {
+  int rounds = 3;
+  bool token_ms = false;  // keep every token's latency in the JSON
+  int generate = 0;       // > 0: greedy generation of this many tokens per prompt
+};
+
+struct BenchRound {
+  int round = 0;
+  int64_t tokens = 0;
+  double mean_ms = 0, p50_ms = 0, p99_ms = 0;  // measured wall clock per decode token
+  double sim_mean_ms = 0;                      // the scheduler's clock (sim link), else 0
+  std::vector<double> token_ms;
+  // Per token.
+  double demand = 0, prefetch = 0;  // copies enqueued (logical insertions without a link)
+  double in_time = 0, late = 0, unused = 0, dropped = 0;
+  double stall_ms = 0, stall_demand_ms = 0, stall_prefetch_ms = 0, stall_other_ms = 0;
+  double host_ms = 0;
+  double link_gb_per_s = 0;  // bytes copied per second of decode time
+  bool physical = false;     // copies above come from a link (not the logical counters)
+};
+
+struct BenchResult {
+  BenchConfig config;
+  std::vector<BenchRound> rounds;
+};
+
+// `make_engine(config)` builds a fresh engine for a configuration. `sequences`: the windows
+// (teacher forced) or, with options.generate > 0, the prompts. `progress(done, total)` after
+// every (round, configuration).
+std::vector<BenchResult> run_bench(
+    std::span<const BenchConfig> configs,
+    const std::function<std::unique_ptr<engine::Engine>(const BenchConfig&)>& make_engine,
+    std::span<const std::vector<int32_t>> sequences, const BenchOptions& options,
+    const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The `bench --json` document (schema steermoe.bench/1).
+nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::json& header);
+// Markdown table: one row per configuration, means over rounds; speed-up against `baseline`
+// (a configuration name, or the first) measured side by side.
+std::string bench_table(std::span<const BenchResult> results);
+
+}  // namespace steermoe::eval

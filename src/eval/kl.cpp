@@ -1,0 +1,153 @@
+#include "eval/kl.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.hpp"
+#include "eval/perplexity.hpp"
+#include "eval/stats.hpp"
+
+namespace steermoe::eval {
+
+namespace {
+
+// log-sum-exp of a logit row in double (index order).
+double log_sum_exp(std::span<const float> logits) {
+  double max_logit = logits[0];
+  for (float v : logits) max_logit = std::max<double>(max_logit, v);
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
+  return max_logit + std::log(sum);
+}
+
+size_t argmax(std::span<const float> row) {
+  return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+}  // namespace
+
+double kl_from_logits(std::span<const float> p_logits, std::span<const float> q_logits) {
+  SM_ASSERT(p_logits.size() == q_logits.size() && !p_logits.empty());
+  const double lp = log_sum_exp(p_logits), lq = log_sum_exp(q_logits);
+  double kl = 0.0;
+  for (size_t i = 0; i < p_logits.size(); ++i) {
+    const double log_p = p_logits[i] - lp;
+    const double log_q = q_logits[i] - lq;
+    kl += std::exp(log_p) * (log_p - log_q);
+  }
+  return std::max(kl, 0.0);  // rounding can leave a tiny negative sum for equal rows
+}
+
+std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine* const> configs,
+                                 int vocab, std::span<const int32_t> ids, const KlOptions& options,
+                                 const std::function<void(int64_t, int64_t)>& progress) {
+  if (options.window < 2) fail("kl", "--window-len", "expected >= 2, found {}", options.window);
+  if (ids.size() < 2) fail("kl", "text", "expected at least 2 tokens, found {}", ids.size());
+  const auto V = static_cast<size_t>(vocab);
+  const auto W = static_cast<size_t>(options.window);
+  int64_t total_windows = static_cast<int64_t>((ids.size() - 1 + W - 1) / W);
+  if (options.max_windows > 0) total_windows = std::min<int64_t>(total_windows, options.max_windows);
+
+  struct Acc {
+    std::vector<double> window_kl;
+    double nll = 0;
+    int64_t agree = 0;
+    engine::RoutingCounters start;
+  };
+  std::vector<Acc> acc(configs.size());
+  for (size_t c = 0; c < configs.size(); ++c) acc[c].start = configs[c]->counters();
+  std::vector<float> ref(W * V), got(W * V);
+  double exact_nll = 0;
+  int64_t scored = 0;
+  int64_t done = 0;
+  for (size_t begin = 0; begin + 1 < ids.size() && done < total_windows; begin += W, ++done) {
+    const size_t n = std::min(W, ids.size() - begin);
+    if (n < 2) break;
+    const std::span<const int32_t> window = ids.subspan(begin, n);
+    exact.reset();
+    exact.prefill(window, std::span<float>(ref.data(), n * V));
+    for (size_t i = 0; i + 1 < n; ++i) exact_nll += token_nll({&ref[i * V], V}, window[i + 1]);
+    scored += static_cast<int64_t>(n - 1);
+    for (size_t c = 0; c < configs.size(); ++c) {
+      configs[c]->reset();
+      configs[c]->prefill(window, std::span<float>(got.data(), n * V));
+      double window_kl = 0;
+      for (size_t i = 0; i + 1 < n; ++i) {
+        const std::span<const float> p(&ref[i * V], V), q(&got[i * V], V);
+        window_kl += kl_from_logits(p, q);
+        acc[c].nll += token_nll(q, window[i + 1]);
+        acc[c].agree += argmax(p) == argmax(q) ? 1 : 0;
+      }
+      acc[c].window_kl.push_back(window_kl / static_cast<double>(n - 1));
+    }
+    if (progress) progress(done + 1, total_windows);
+  }
+  std::vector<KlRow> rows;
+  for (size_t c = 0; c < configs.size(); ++c) {
+    const engine::Engine& e = *configs[c];
+    KlRow r;
+    r.policy = e.policy().to_string();
+    r.cache = e.cache_slots();
+    r.tokens = scored;
+    r.windows = static_cast<int64_t>(acc[c].window_kl.size());
+    // The interval treats windows (independent sequences) as the unit; tokens within a window
+    // are correlated. Windows are weighted equally (all but the last have the same length).
+    const MeanInterval mi = mean_t_interval(acc[c].window_kl);
+    r.kl_mean = mi.mean;
+    r.kl_ci_low = mi.ci_low;
+    r.kl_ci_high = mi.ci_high;
+    r.perplexity = std::exp(acc[c].nll / static_cast<double>(scored));
+    r.exact_perplexity = std::exp(exact_nll / static_cast<double>(scored));
+    r.top1_agreement = static_cast<double>(acc[c].agree) / static_cast<double>(scored);
+    const engine::RoutingCounters& now = e.counters();
+    const engine::RoutingCounters& s = acc[c].start;
+    const double routed = static_cast<double>(now.tokens - s.tokens);
+    const double picks = static_cast<double>(now.layer_steps - s.layer_steps) *
+                         static_cast<double>(e.router_spec().top_k);
+    r.replaced_fraction = picks > 0 ? static_cast<double>(now.replaced - s.replaced) / picks : 0;
+    r.demand_per_token = routed > 0 ? static_cast<double>(now.demand - s.demand) / routed : 0;
+    r.prefetch_per_token =
+        routed > 0 ? static_cast<double>(now.prefetch - s.prefetch) / routed : 0;
+    rows.push_back(r);
+  }
+  return rows;
+}
+
+nlohmann::json kl_json(std::span<const KlRow> rows) {
+  nlohmann::json configs = nlohmann::json::array();
+  for (const KlRow& r : rows) {
+    configs.push_back(
+        {{"policy", r.policy},
+         {"cache", r.cache},
+         {"tokens", r.tokens},
+         {"windows", r.windows},
+         {"kl", {{"mean", r.kl_mean}, {"ci_low", r.kl_ci_low}, {"ci_high", r.kl_ci_high}}},
+         {"perplexity", r.perplexity},
+         {"exact_perplexity", r.exact_perplexity},
+         {"top1_agreement", r.top1_agreement},
+         {"replaced_fraction", r.replaced_fraction},
+         {"copies_per_token",
+          {{"demand", r.demand_per_token},
+           {"prefetch", r.prefetch_per_token},
+           {"total", r.demand_per_token + r.prefetch_per_token}}}});
+  }
+  return {{"schema", "steermoe.kl/1"}, {"configurations", configs}};
+}
+
+std::string kl_table(std::span<const KlRow> rows) {
+  std::string out =
+      "| policy | cache | KL (nats/token) [95% CI] | ppl | exact ppl | top-1 agree | replaced | "
+      "copies/token (demand + prefetch) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+  for (const KlRow& r : rows) {
+    out += fmt::format("| {} | {} | {:.5f} [{:.5f}, {:.5f}] | {:.3f} | {:.3f} | {:.4f} | {:.2f}% | "
+                       "{:.2f} + {:.2f} |\n",
+                       r.policy, r.cache, r.kl_mean, r.kl_ci_low, r.kl_ci_high, r.perplexity,
+                       r.exact_perplexity, r.top1_agreement, 100.0 * r.replaced_fraction,
+                       r.demand_per_token, r.prefetch_per_token);
+  }
+  return out;
+}
+
+}  // namespace steermoe::eval

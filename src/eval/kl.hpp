@@ -1,0 +1,52 @@
+// KL divergence from exact routing: every configuration and exact routing score the same
+// teacher-forced windows; per token KL(p_exact || p_config) of the next-token distributions,
+// perplexity of both, top-1 agreement, the fraction of the router's top-K the policy replaced
+// and the policy's logical copies per token. The computation behind `steermoe kl`.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.hpp"
+
+namespace steermoe::eval {
+
+struct KlOptions {
+  int window = 256;     // tokens per window (each a fresh sequence)
+  int max_windows = 0;  // 0: all
+};
+
+struct KlRow {
+  std::string policy;  // canonical policy string
+  int cache = 0;
+  int64_t tokens = 0;   // scored tokens
+  int64_t windows = 0;  // repetitions for the interval
+  double kl_mean = 0;   // nats per token
+  double kl_ci_low = 0, kl_ci_high = 0;  // 95% t interval over per-window means
+  double perplexity = 0;
+  double exact_perplexity = 0;
+  double top1_agreement = 0;     // argmax equal to exact routing's
+  double replaced_fraction = 0;  // of router top-K picks, over every routed token
+  double demand_per_token = 0;   // logical copies per token
+  double prefetch_per_token = 0;
+};
+
+// KL(p || q) for two logit rows, in double (softmax of each, vocabulary in index order).
+double kl_from_logits(std::span<const float> p_logits, std::span<const float> q_logits);
+
+// `exact` runs exact routing (all experts resident); configs[i] the configurations. Every
+// engine's context must be >= options.window. `progress(done, total)` after each window.
+std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine* const> configs,
+                                 int vocab, std::span<const int32_t> ids, const KlOptions& options,
+                                 const std::function<void(int64_t, int64_t)>& progress = {});
+
+// The `kl --json` document (schema steermoe.kl/1).
+nlohmann::json kl_json(std::span<const KlRow> rows);
+// Markdown table of the rows.
+std::string kl_table(std::span<const KlRow> rows);
+
+}  // namespace steermoe::eval

@@ -1,0 +1,148 @@
+#include "link/emulated_link.hpp"
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "common/error.hpp"
+
+namespace steermoe::link {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+double parse_number(std::string_view text, std::string_view spec, const char* field) {
+  double v = 0;
+  const char* end = text.data() + text.size();
+  const auto r = std::from_chars(text.data(), end, v);
+  if (text.empty() || r.ec != std::errc() || r.ptr != end || !std::isfinite(v)) {
+    fail("--link", field, "expected a number in '{}', found '{}'", spec, text);
+  }
+  return v;
+}
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
+
+EmulatedLinkParams parse_emulated_spec(std::string_view spec) {
+  constexpr std::string_view kPrefix = "emulated:";
+  if (spec.substr(0, kPrefix.size()) != kPrefix) {
+    fail("--link", "form", "expected emulated:GBPS[,LATENCY_US], found '{}'", spec);
+  }
+  std::string_view rest = spec.substr(kPrefix.size());
+  std::string_view gbps = rest, latency;
+  if (const size_t comma = rest.find(','); comma != std::string_view::npos) {
+    gbps = rest.substr(0, comma);
+    latency = rest.substr(comma + 1);
+    if (latency.empty())
+      fail("--link", "latency", "expected microseconds after ',' in '{}'", spec);
+  }
+  EmulatedLinkParams p;
+  const double bw = parse_number(gbps, spec, "bandwidth");
+  if (!(bw > 0) || bw > 1e6)
+    fail("--link", "bandwidth", "expected GB/s in (0, 1e6] in '{}', found {}", spec, bw);
+  p.bandwidth_bytes_per_s = bw * 1e9;
+  if (!latency.empty()) {
+    const double us = parse_number(latency, spec, "latency");
+    if (!(us >= 0) || us > 1e7)
+      fail("--link", "latency", "expected microseconds in [0, 1e7] in '{}', found {}", spec, us);
+    p.latency_s = us * 1e-6;
+  }
+  return p;
+}
+
+EmulatedLink::EmulatedLink(const ExpertLayout& layout, SlotArena& arena,
+                           const EmulatedLinkParams& params)
+    : layout_(layout), arena_(arena), params_(params), start_ns_(now_ns()) {
+  if (!(params.bandwidth_bytes_per_s > 0))
+    fail("emulated link", "bandwidth", "must be > 0 bytes/s, got {}", params.bandwidth_bytes_per_s);
+  if (!(params.latency_s >= 0))
+    fail("emulated link", "latency", "must be >= 0 s, got {}", params.latency_s);
+  if (!(params.extra_delay_max_s >= 0) || !(params.spin_s >= 0))
+    fail("emulated link", "delay", "spin and extra delay must be >= 0");
+  SM_ASSERT_MSG(layout.complete(), "expert layout incomplete");
+  if (!layout.in_memory())
+    fail("emulated link", "source", "every expert needs a host memory copy (none for some part)");
+  if (arena.layers() != layout.layers() || arena.slot_bytes() < layout.slot_bytes()) {
+    fail("emulated link", "slots",
+         "expected {} layers of slots of >= {} bytes, found {} layers of {} bytes",
+         layout.layers(), layout.slot_bytes(), arena.layers(), arena.slot_bytes());
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+EmulatedLink::~EmulatedLink() {
+  stopping_.store(true, std::memory_order_release);
+  queue_.close();
+  thread_.join();
+}
+
+double EmulatedLink::seconds_since_start() const {
+  return static_cast<double>(now_ns() - start_ns_) * 1e-9;
+}
+
+double EmulatedLink::now() {
+  return seconds_since_start();
+}
+
+Ticket EmulatedLink::enqueue(const CopyRequest& copy) {
+  SM_ASSERT(copy.layer >= 0 && copy.layer < layout_.layers() && copy.expert >= 0 &&
+            copy.expert < layout_.experts() && copy.slot >= 0 &&
+            copy.slot < arena_.slots_per_layer() && copy.bytes >= 0);
+  if (done_.failed()) done_.completed();  // rethrows
+  return queue_.push(copy, seconds_since_start());
+}
+
+void EmulatedLink::run() {
+  uint64_t rng = params_.delay_seed;
+  double previous_end = 0;
+  QueuedCopy q;
+  while (queue_.pop(q, true)) {
+    const double start = std::max(q.enqueued, previous_end);
+    const int64_t t0 = now_ns();
+    std::byte* slot = arena_.slot(q.copy.layer, q.copy.slot);
+    int64_t bytes = 0;
+    for (const ExpertPart& p : layout_.parts(q.copy.layer, q.copy.expert)) {
+      std::memcpy(slot + p.slot_offset, p.source, static_cast<size_t>(p.bytes));
+      bytes += static_cast<int64_t>(p.bytes);
+    }
+    const int64_t t1 = now_ns();
+    memcpy_ns_.fetch_add(t1 - t0, std::memory_order_relaxed);
+    const double memcpy_end = static_cast<double>(t1 - start_ns_) * 1e-9;
+    const int64_t timed_bytes = q.copy.bytes > 0 ? q.copy.bytes : bytes;
+    double duration = params_.latency_s +
+                      static_cast<double>(timed_bytes) / params_.bandwidth_bytes_per_s;
+    if (params_.extra_delay_max_s > 0) {
+      duration += static_cast<double>(splitmix64(rng) >> 11) * 0x1.0p-53 *
+                  params_.extra_delay_max_s;
+    }
+    const double end = start + duration;
+    if (!stopping_.load(std::memory_order_acquire)) {
+      double left = end - seconds_since_start();
+      if (left > params_.spin_s) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(left - params_.spin_s));
+      }
+      while (seconds_since_start() < end) std::this_thread::yield();
+    }
+    // The copy ends at its nominal time, or when the memcpy did if the host RAM was slower than
+    // the requested bandwidth; a late wake-up of this thread does not delay the next copy.
+    previous_end = std::max(end, memcpy_end);
+    bytes_moved_.fetch_add(bytes, std::memory_order_release);
+    done_.publish(q.ticket);
+  }
+}
+
+}  // namespace steermoe::link

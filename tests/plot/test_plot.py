@@ -1,0 +1,81 @@
+#!/usr/bin/env python3
+"""Renders every plot of tools/plot/plot.py from the fixed inputs in tests/data/plot as PNG and
+SVG and checks that each file is a valid image of the expected size. Fails (never skips) when
+matplotlib or scipy is missing: scripts/install-deps.sh installs python3-matplotlib and
+python3-scipy."""
+import struct
+import subprocess
+import sys
+import tempfile
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PLOT = ROOT / "tools" / "plot" / "plot.py"
+DATA = ROOT / "tests" / "data" / "plot"
+WIDTH_PX, HEIGHT_PX = 1050, 675  # 7 x 4.5 in at 150 dpi
+WIDTH_PT, HEIGHT_PT = "504pt", "324pt"
+
+try:
+    import matplotlib  # noqa: F401
+    import scipy  # noqa: F401
+except ImportError as e:
+    sys.exit(f"FAIL: {e}: install python3-matplotlib and python3-scipy (scripts/install-deps.sh)")
+
+
+def png_size(path):
+    data = path.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path}: not a PNG"
+    assert data[12:16] == b"IHDR", f"{path}: no IHDR chunk"
+    assert data[-8:-4] == b"IEND", f"{path}: truncated (no IEND)"
+    return struct.unpack(">II", data[16:24])
+
+
+def svg_size(path):
+    root = ET.parse(path).getroot()
+    assert root.tag.endswith("svg"), f"{path}: root is {root.tag}"
+    assert len(list(root.iter())) > 50, f"{path}: almost empty drawing"
+    return root.get("width"), root.get("height")
+
+
+CASES = {
+    "frontier": ["--kl", DATA / "kl.json", "--bench", DATA / "bench.json"],
+    "cdf": ["--bench", DATA / "bench.json"],
+    "copies": ["--sim", DATA / "sim_c32.json", DATA / "sim_c16.json"],
+    "scatter": ["--sim", DATA / "sim_c32.json", DATA / "sim_c16.json", "--bench",
+                DATA / "bench.json"],
+    "forest": ["--compare", DATA / "compare.json"],
+}
+
+
+def main():
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, args in CASES.items():
+            png, svg = Path(tmp) / f"{name}.png", Path(tmp) / f"{name}.svg"
+            cmd = [sys.executable, str(PLOT), name, *map(str, args), "-o", str(png), "-o", str(svg)]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                print(f"FAIL {name}: exit {r.returncode}\n{r.stderr}")
+                failures += 1
+                continue
+            try:
+                assert png_size(png) == (WIDTH_PX, HEIGHT_PX), f"PNG size {png_size(png)}"
+                assert svg_size(svg) == (WIDTH_PT, HEIGHT_PT), f"SVG size {svg_size(svg)}"
+                print(f"ok {name}: {png.stat().st_size} B PNG, {svg.stat().st_size} B SVG")
+            except AssertionError as e:
+                print(f"FAIL {name}: {e}")
+                failures += 1
+        # A wrong schema is a clear error, not a plot.
+        bad = Path(tmp) / "bad.json"
+        bad.write_text('{"schema": "other", "configurations": []}')
+        r = subprocess.run([sys.executable, str(PLOT), "cdf", "--bench", str(bad), "-o",
+                            str(Path(tmp) / "x.png")], capture_output=True, text=True)
+        if r.returncode == 0 or "steermoe.bench/1" not in r.stderr:
+            print(f"FAIL schema check: exit {r.returncode}, {r.stderr!r}")
+            failures += 1
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
