@@ -457,7 +457,7 @@ TEST(Reliability, InterruptLeavesNoPartialOutput) {
   Scratch s;
   const fs::path out = s / "synth";
   const Child c = run_binary(
-      {"trace-synth", "--shape", "olmoe", "--tokens", "1000000", "-o", out.string()}, s, {}, 60,
+      {"trace-synth", "--shape", "olmoe", "--tokens", "300000", "-o", out.string()}, s, {}, 60,
       [&](pid_t pid) {
         // Wait until the staging folder has data, then interrupt.
         for (int i = 0; i < 2000; ++i) {
