@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "common/input_file.hpp"
 #include "eval/bench.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -163,10 +164,7 @@ void add_bench_command(CLI::App& root) {
                                   {"threads", o->threads},
                                   {"max_inflight", o->engine.max_inflight},
                                   {"calibration", calib_path}};
-      std::ofstream out(o->json, std::ios::binary | std::ios::trunc);
-      out << eval::bench_json(results, header).dump(1) << "\n";
-      out.close();
-      if (!out) fail(o->json, "write", "could not write the bench JSON");
+      write_file_atomic(o->json, eval::bench_json(results, header).dump(1) + "\n");  // complete or absent
     }
   });
 }

@@ -10,6 +10,7 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "common/json_input.hpp"
 #include "eval/compare.hpp"
 
@@ -34,10 +35,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << j.dump(2) << "\n";
-  out.close();
-  if (!out) fail(path, "write", "could not write the JSON rows");
+  write_file_atomic(path, j.dump(2) + "\n");  // complete or absent
 }
 
 void run_compare(const CompareCli& o) {

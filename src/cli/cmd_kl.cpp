@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "common/input_file.hpp"
 #include "eval/kl.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -85,10 +86,7 @@ void add_kl_command(CLI::App& root) {
       doc["file"] = o->file;
       doc["window_len"] = o->window_len;
       doc["calibration"] = calib_path;
-      std::ofstream out(o->json, std::ios::binary | std::ios::trunc);
-      out << doc.dump(1) << "\n";
-      out.close();
-      if (!out) fail(o->json, "write", "could not write the KL JSON");
+      write_file_atomic(o->json, doc.dump(1) + "\n");  // complete or absent
     }
   });
 }
