@@ -63,20 +63,26 @@ class LazyZeroBuffer {
 class KvCache {
  public:
   KvCache() = default;
-  KvCache(int layers, int positions, size_t k_width, size_t v_width)
+  // `skip[l]` != 0: layer l keeps no cache (Gated DeltaNet layers keep a recurrent state
+  // instead); empty `skip`: every layer has one.
+  KvCache(int layers, int positions, size_t k_width, size_t v_width,
+          const std::vector<uint8_t>& skip = {})
       : positions_(positions), k_width_(k_width), v_width_(v_width) {
+    uint64_t cached_layers = 0;
+    for (int l = 0; l < layers; ++l)
+      cached_layers += skip.empty() || skip[static_cast<size_t>(l)] == 0 ? 1 : 0;
     const uint64_t per_position = saturating_mul(static_cast<uint64_t>(k_width + v_width), 4);
     const uint64_t total = saturating_mul(
-        saturating_mul(static_cast<uint64_t>(layers), static_cast<uint64_t>(positions)),
-        per_position);
+        saturating_mul(cached_layers, static_cast<uint64_t>(positions)), per_position);
     check_allocation("engine", "context (-c)", total,
-                     fmt::format("a KV cache of {} positions x {} layers", positions, layers),
+                     fmt::format("a KV cache of {} positions x {} layers", positions, cached_layers),
                      "expected a context that fits in memory (lower -c)");
     k_.reserve(static_cast<size_t>(layers));
     v_.reserve(static_cast<size_t>(layers));
     for (int l = 0; l < layers; ++l) {
-      k_.emplace_back(static_cast<size_t>(positions) * k_width);
-      v_.emplace_back(static_cast<size_t>(positions) * v_width);
+      const bool skipped = !skip.empty() && skip[static_cast<size_t>(l)] != 0;
+      k_.emplace_back(skipped ? 0 : static_cast<size_t>(positions) * k_width);
+      v_.emplace_back(skipped ? 0 : static_cast<size_t>(positions) * v_width);
     }
   }
   int positions() const { return positions_; }

@@ -87,8 +87,10 @@ Offload::Offload(const model::Model& model, const LinkOptions& options, int cach
     if (!layout_.in_memory())
       fail(model.path().string(), "experts",
            "expected every expert in the host mapping for the emulated link");
-    link_ = std::make_unique<link::EmulatedLink>(layout_, *arena_,
-                                                 link::parse_emulated_spec(options.spec));
+    link::EmulatedLinkParams params = link::parse_emulated_spec(options.spec);
+    params.extra_delay_max_s = options.test_copy_delay_max_s;
+    params.delay_seed = options.test_copy_delay_seed;
+    link_ = std::make_unique<link::EmulatedLink>(layout_, *arena_, params);
   } else {
     if (!layout_.on_disk())
       fail(model.path().string(), "experts",

@@ -36,6 +36,10 @@ enum class LinkKind : uint8_t { kResident, kSim, kEmulated, kDisk };
 struct LinkOptions {
   std::string spec = "resident";  // resident | sim:PROFILE | emulated:GBPS[,LATENCY_US] | disk
   bool verify = false;            // disk: per-expert checksums checked after every copy
+  // Test hook (emulated link): each copy takes an extra random delay in [0, this), seeded, to
+  // show that outputs never depend on copy timing.
+  double test_copy_delay_max_s = 0;
+  uint64_t test_copy_delay_seed = 1;
 };
 
 // Parses the kind of a --link value (the parameters are checked when the link is built).

@@ -35,6 +35,21 @@ bool CopyQueue::pop(QueuedCopy& out, bool block) {
   return true;
 }
 
+bool CopyQueue::pop_until(QueuedCopy& out, std::chrono::steady_clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  ready_.wait_until(lock, deadline, [this] { return size_ > 0 || closed_; });
+  if (size_ == 0) return false;
+  out = ring_[head_];
+  head_ = (head_ + 1) & (ring_.size() - 1);
+  --size_;
+  return true;
+}
+
+bool CopyQueue::closed() {
+  std::lock_guard lock(mutex_);
+  return closed_;
+}
+
 void CopyQueue::close() {
   std::lock_guard lock(mutex_);
   closed_ = true;

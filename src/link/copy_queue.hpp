@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <mutex>
@@ -31,9 +32,12 @@ class CopyQueue {
   // Takes the oldest copy. block: waits until one is queued or the queue is closed. Returns
   // false when there is none (closed, or !block and empty).
   bool pop(QueuedCopy& out, bool block);
+  // Takes the oldest copy, waiting for one until `deadline` at most.
+  bool pop_until(QueuedCopy& out, std::chrono::steady_clock::time_point deadline);
   // Wakes a blocked pop(), which then returns false once the queue is empty.
   void close();
   Ticket last_ticket() const { return last_ticket_.load(std::memory_order_acquire); }
+  bool closed();
 
  private:
   std::mutex mutex_;

@@ -46,13 +46,13 @@ struct File {
 struct Read {
   size_t copy = 0;  // index in the copy ring
   int32_t file = 0;
-  uint64_t offset = 0;     // file offset of the next byte to read
+  uint64_t offset = 0;  // file offset of the next byte to read
   std::byte* dst = nullptr;
-  uint64_t length = 0;     // bytes requested
-  uint64_t need = 0;       // bytes that must arrive (the rest is over-read past the part)
+  uint64_t length = 0;  // bytes requested
+  uint64_t need = 0;    // bytes that must arrive (the rest is over-read past the part)
   int attempts = 0;
-  bool direct = false;     // issued on an O_DIRECT descriptor
-  bool inject = false;     // apply the copy's read fault to this read's first result
+  bool direct = false;  // issued on an O_DIRECT descriptor
+  bool inject = false;  // apply the copy's read fault to this read's first result
 };
 
 // A copy the thread works on.
@@ -78,7 +78,7 @@ struct DiskLink::Impl {
   std::vector<File> files;
   std::vector<uint64_t> reference;
   bool uring = false;
-  io_uring ring {};
+  io_uring ring{};
   int wake_fd = -1;
   uint64_t wake_buffer = 0;
   CopyQueue queue;
@@ -199,7 +199,10 @@ struct DiskLink::Impl {
       case FaultPlan::Kind::kShortRead:
         if (res > 0) {
           const auto half = static_cast<int64_t>(align_down(static_cast<uint64_t>(res) / 2));
-          return half > 0 ? half : res;
+          if (half == 0) return res;
+          // As if the rest had not been read: scribble over it.
+          std::memset(r.dst + half, 0xA5, static_cast<size_t>(res - half));
+          return half;
         }
         return res;
       default:
@@ -218,8 +221,8 @@ struct DiskLink::Impl {
         if (f.direct) {
           const int fd = ::open(f.path.c_str(), O_RDONLY | O_CLOEXEC);
           if (fd < 0) {
-            error = message(r.file, c, fmt::format("cannot reopen without O_DIRECT ({})",
-                                                   errno_text(errno)));
+            error = message(r.file, c,
+                            fmt::format("cannot reopen without O_DIRECT ({})", errno_text(errno)));
             return Outcome::kFailed;
           }
           ::close(f.fd);
@@ -319,8 +322,8 @@ struct DiskLink::Impl {
       for (;;) {
         const File& f = files[static_cast<size_t>(r.file)];
         r.direct = f.direct;
-        int64_t res = ::pread(f.fd, r.dst, static_cast<size_t>(r.length),
-                              static_cast<off_t>(r.offset));
+        int64_t res =
+            ::pread(f.fd, r.dst, static_cast<size_t>(r.length), static_cast<off_t>(r.offset));
         if (res < 0) res = -errno;
         res = inject(r, q.ticket, res);
         const Outcome o = on_result(r, q.copy, res, error);
@@ -367,8 +370,7 @@ struct DiskLink::Impl {
     SM_ASSERT(sqe != nullptr);  // the ring has queue_depth + 1 entries
     const File& f = files[static_cast<size_t>(r.file)];
     r.direct = f.direct;
-    io_uring_prep_read(sqe, f.fd, r.dst,
-                       static_cast<unsigned>(r.length), r.offset);
+    io_uring_prep_read(sqe, f.fd, r.dst, static_cast<unsigned>(r.length), r.offset);
     io_uring_sqe_set_data64(sqe, index);
     ++in_flight;
   }
@@ -455,7 +457,10 @@ struct DiskLink::Impl {
     while (copy_count > 0) {
       CopyState& c = copies[copy_head];
       if (!c.issued_all || c.outstanding > 0) break;
-      if (!finish_copy(c.q, error)) return false;
+      if (!finish_copy(c.q, error)) {
+        if (last != kNoTicket) done.publish(last);  // the good copies before it
+        return false;
+      }
       last = c.q.ticket;
       copy_head = (copy_head + 1) % kMaxCopies;
       --copy_count;
@@ -567,9 +572,8 @@ struct DiskLink::Impl {
 DiskLink::DiskLink(const ExpertLayout& layout, SlotArena& arena, DiskLinkOptions options)
     : impl_(std::make_unique<Impl>(layout, arena, std::move(options))) {
   Impl& d = *impl_;
-  d.start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   Clock::now().time_since_epoch())
-                   .count();
+  d.start_ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count();
   SM_ASSERT_MSG(layout.complete(), "expert layout incomplete");
   if (!layout.on_disk()) {
     fail("disk link", "layout",
@@ -577,8 +581,8 @@ DiskLink::DiskLink(const ExpertLayout& layout, SlotArena& arena, DiskLinkOptions
   }
   if (arena.layers() != layout.layers() || arena.slot_bytes() < layout.slot_bytes()) {
     fail("disk link", "slots",
-         "expected {} layers of slots of >= {} bytes, found {} layers of {} bytes",
-         layout.layers(), layout.slot_bytes(), arena.layers(), arena.slot_bytes());
+         "expected {} layers of slots of >= {} bytes, found {} layers of {} bytes", layout.layers(),
+         layout.slot_bytes(), arena.layers(), arena.slot_bytes());
   }
   if (d.options.queue_depth < 1 || d.options.queue_depth > 4096)
     fail("disk link", "queue depth", "expected 1..4096, got {}", d.options.queue_depth);
@@ -645,8 +649,9 @@ bool DiskLink::direct_refused() const {
 std::string DiskLink::mode() const {
   const bool any_direct = impl_->direct_at_open;
   return fmt::format("{}, {}", impl_->uring ? "io_uring" : "pread",
-                     !any_direct ? "buffered" : direct_refused() ? "O_DIRECT (some files buffered)"
-                                                                 : "O_DIRECT");
+                     !any_direct        ? "buffered"
+                     : direct_refused() ? "O_DIRECT (some files buffered)"
+                                        : "O_DIRECT");
 }
 int64_t DiskLink::bytes_read() const {
   return impl_->bytes_read.load();

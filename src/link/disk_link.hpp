@@ -29,11 +29,11 @@ namespace steermoe::link {
 // Test hook: faults injected into chosen copies (by ticket), in both I/O paths.
 struct FaultPlan {
   enum class Kind : uint8_t {
-    kIoError,   // the copy's first read fails with EIO
-    kShortRead, // the copy's first read returns half its bytes (must be resubmitted, not fatal)
-    kEarlyEof,  // the copy's first read returns 0 bytes (end of file): fatal
-    kDelay,     // the copy completes delay_s after its reads did
-    kCorrupt,   // one byte of the copy's first part is flipped in the slot after the reads
+    kIoError,    // the copy's first read fails with EIO
+    kShortRead,  // the copy's first read returns half its bytes (must be resubmitted, not fatal)
+    kEarlyEof,   // the copy's first read returns 0 bytes (end of file): fatal
+    kDelay,      // the copy completes delay_s after its reads did
+    kCorrupt,    // one byte of the copy's first part is flipped in the slot after the reads
   };
   struct Fault {
     Ticket ticket = kNoTicket;
@@ -60,7 +60,7 @@ struct DiskLinkOptions {
   // Empty with verify on: computed at construction by one full read pass over every expert
   // (through the same read path, O_DIRECT when on), which takes a full read of the experts.
   std::vector<uint64_t> reference_checksums;
-  int queue_depth = 8;                    // io_uring reads in flight
+  int queue_depth = 16;                      // io_uring reads in flight
   uint64_t chunk_bytes = uint64_t{1} << 20;  // largest single read (a multiple of 4096)
   // After each copy, fstat each file read and stat its path: a file truncated, modified (size /
   // mtime) or replaced (inode) since the link opened it is an error. Costs two syscalls a copy.

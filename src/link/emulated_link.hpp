@@ -1,9 +1,12 @@
 // A link that moves real bytes at a set speed: experts are copied from their host memory source
 // (ExpertPart::source, e.g. the mapped model file) into cache slots by a copy thread, and each
 // copy is reported complete only when the timing model's rule 4 says it would be
-// (docs/policy-contract.md "Timing model"): it starts at the later of its enqueue time and the end
-// of the previous copy and takes latency + bytes / bandwidth. This emulates a PCIe link on a CPU
-// machine and lets a measured run be compared with the simulator event for event.
+// (docs/policy-contract.md, "Timing model"): it starts at the later of its enqueue time and the
+// end of the previous copy and takes latency + bytes / bandwidth. This emulates a PCIe link on a
+// CPU machine and lets a measured run be compared with the simulator event for event. The thread
+// copies ahead (the memcpy of later copies overlaps the wait for earlier ones' end), so the
+// achieved bandwidth is the requested one until the host's memcpy bandwidth is the limit; then
+// copies end when their memcpy does.
 #pragma once
 
 #include <atomic>

@@ -28,8 +28,8 @@ bool ExpertLayout::complete() const {
 
 size_t ExpertLayout::index(int32_t moe_layer, int32_t expert) const {
   SM_ASSERT(moe_layer >= 0 && moe_layer < layers() && expert >= 0 && expert < experts_);
-  const size_t i = static_cast<size_t>(moe_layer) * static_cast<size_t>(experts_) +
-                   static_cast<size_t>(expert);
+  const size_t i =
+      static_cast<size_t>(moe_layer) * static_cast<size_t>(experts_) + static_cast<size_t>(expert);
   SM_ASSERT_MSG(i < expert_bytes_.size(), "expert not in the layout yet");
   return i;
 }
@@ -75,7 +75,7 @@ void ExpertLayout::add_expert(std::span<const PartSource> parts) {
 std::span<const ExpertPart> ExpertLayout::parts(int32_t moe_layer, int32_t expert) const {
   const size_t i = index(moe_layer, expert);
   return std::span<const ExpertPart>(parts_).subspan(first_part_[i],
-                                                      first_part_[i + 1] - first_part_[i]);
+                                                     first_part_[i + 1] - first_part_[i]);
 }
 
 uint64_t ExpertLayout::expert_bytes(int32_t moe_layer, int32_t expert) const {

@@ -24,7 +24,9 @@ namespace steermoe::link {
 
 inline constexpr uint64_t kDirectAlignment = 4096;
 
-constexpr uint64_t align_down(uint64_t x) { return x / kDirectAlignment * kDirectAlignment; }
+constexpr uint64_t align_down(uint64_t x) {
+  return x / kDirectAlignment * kDirectAlignment;
+}
 constexpr uint64_t align_up(uint64_t x) {
   return (x + kDirectAlignment - 1) / kDirectAlignment * kDirectAlignment;
 }
@@ -37,11 +39,11 @@ struct ExpertFile {
 
 // One contiguous byte range of an expert (a gate, up or down matrix for the model's layouts).
 struct ExpertPart {
-  int32_t file = -1;             // index into ExpertLayout::files(); -1: not in a file
-  uint64_t file_offset = 0;      // offset in that file
-  uint64_t bytes = 0;            // length
+  int32_t file = -1;                  // index into ExpertLayout::files(); -1: not in a file
+  uint64_t file_offset = 0;           // offset in that file
+  uint64_t bytes = 0;                 // length
   const std::byte* source = nullptr;  // the same bytes in host memory (mapping); may be null
-  uint64_t slot_offset = 0;      // where the part's first byte lies in a slot
+  uint64_t slot_offset = 0;           // where the part's first byte lies in a slot
 
   // The 4096-aligned file range covering the part (what an O_DIRECT read fetches) and the slot
   // offset it is read to (4096-aligned).

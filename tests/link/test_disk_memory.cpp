@@ -51,8 +51,8 @@ TEST(DiskLinkMemory, ResidentSetStaysAtTheSlotsAndThePageCacheStaysEmpty) {
   testing::write_pattern_file(path, kFileBytes);
   ExpertLayout layout({{path, kFileBytes}}, {0}, kExperts);
   for (int32_t e = 0; e < kExperts; ++e) {
-    const PartSource p[] = {{0, static_cast<uint64_t>(e) * kExpertBytes + 123, kExpertBytes - 200,
-                             nullptr}};
+    const PartSource p[] = {
+        {0, static_cast<uint64_t>(e) * kExpertBytes + 123, kExpertBytes - 200, nullptr}};
     layout.add_expert(p);
   }
   SlotArena arena(1, 4, layout.slot_bytes());
@@ -61,7 +61,8 @@ TEST(DiskLinkMemory, ResidentSetStaysAtTheSlotsAndThePageCacheStaysEmpty) {
   auto read_all = [&](DiskLinkOptions o) {
     DiskLink link(layout, arena, o);
     Ticket t = kNoTicket;
-    for (int32_t e = 0; e < kExperts; ++e) t = link.enqueue({.layer = 0, .slot = e % 4, .expert = e});
+    for (int32_t e = 0; e < kExperts; ++e)
+      t = link.enqueue({.layer = 0, .slot = e % 4, .expert = e});
     link.wait(t);
     return link.direct_refused();
   };

@@ -1,7 +1,5 @@
 // The emulated link: the spec string, the bytes it moves, and its timing (loose bounds only;
 // this machine is shared and noisy).
-#include "link/emulated_link.hpp"
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -10,6 +8,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "link/emulated_link.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::link {
@@ -30,11 +29,16 @@ TEST(EmulatedSpec, ParsesBandwidthAndLatency) {
 }
 
 TEST(EmulatedSpec, BadStringsNameTheField) {
-  const std::pair<const char*, const char*> cases[] = {
-      {"emu:5", "form"},           {"emulated:", "bandwidth"},   {"emulated:x", "bandwidth"},
-      {"emulated:0", "bandwidth"}, {"emulated:-1", "bandwidth"}, {"emulated:5,", "latency"},
-      {"emulated:5,a", "latency"}, {"emulated:5,-2", "latency"}, {"emulated:5,1,2", "latency"},
-      {"emulated:nan", "bandwidth"}};
+  const std::pair<const char*, const char*> cases[] = {{"emu:5", "form"},
+                                                       {"emulated:", "bandwidth"},
+                                                       {"emulated:x", "bandwidth"},
+                                                       {"emulated:0", "bandwidth"},
+                                                       {"emulated:-1", "bandwidth"},
+                                                       {"emulated:5,", "latency"},
+                                                       {"emulated:5,a", "latency"},
+                                                       {"emulated:5,-2", "latency"},
+                                                       {"emulated:5,1,2", "latency"},
+                                                       {"emulated:nan", "bandwidth"}};
   for (const auto& [spec, field] : cases) {
     try {
       parse_emulated_spec(spec);

@@ -1,8 +1,6 @@
 // model::expert_layout on every expert layout the loader accepts (GGUF stacked, HF per expert,
 // HF fused gate_up, sharded safetensors; a family with a dense first layer), and the matrices
 // rebased into a slot after a copy by each link: byte-identical to the originals.
-#include "model/expert_layout.hpp"
-
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,6 +10,7 @@
 
 #include "link/disk_link.hpp"
 #include "link/emulated_link.hpp"
+#include "model/expert_layout.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights_layout.hpp"
 #include "test_util.hpp"
@@ -136,7 +135,8 @@ TEST(ModelLayout, SafetensorsSharded) {
     ShardedSafetensorsWriter w(dir / "sharded", 64 << 10);
     for (const TensorSlot& s : tensor_layout(single->config(), WeightFormat::kSafetensors)) {
       const DType dt = src.dtype_of(s);
-      w.add_tensor(s.name, dt, s.shape, [&src, s, dt](OutputFile& out) { src.produce(s, dt, out); });
+      w.add_tensor(s.name, dt, s.shape,
+                   [&src, s, dt](OutputFile& out) { src.produce(s, dt, out); });
     }
     w.finish();
   }
@@ -154,8 +154,7 @@ TEST(ModelLayout, ShippedModel) {
 
 TEST(ModelLayout, FusedGateUpFromTheOracle) {
   const fs::path path = oracle() / "olmoe" / "hf_fused";
-  ASSERT_TRUE(fs::exists(path)) << "oracle not found at " << oracle()
-                                << " (shared/ beside the checkout, or set STEERMOE_ORACLE_DIR)";
+  ASSERT_TRUE(fs::exists(path)) << "oracle not found at " << oracle();
   const auto model = Model::load(path);
   const link::ExpertLayout layout = expert_layout(*model);
   // gate and up are adjacent slices of one [E, 2I, H] tensor.
