@@ -11,9 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
+#include "common/input_file.hpp"
 #include "eval/bench.hpp"
 #include "eval/scores_from.hpp"
 #include "trace/calibration_file.hpp"
@@ -25,11 +28,7 @@ namespace steermoe::cli {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "open", "expected a readable text file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return read_input_file(path, "a text file");  // regular files only, bounded size
 }
 
 // Consecutive, non-overlapping windows of `len` tokens from the start of `ids` (at most
@@ -107,7 +106,7 @@ void add_bench_command(CLI::App& root) {
       fail("bench", "-f", "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
     auto model = model::Model::load(o->model);
     const model::ModelConfig& cfg = model->config();
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     std::vector<std::vector<int32_t>> sequences;
     int context = o->window_len;
     std::optional<trace::Trace> score_trace;
@@ -202,10 +201,7 @@ void add_bench_command(CLI::App& root) {
                                   {"max_inflight", o->engine.max_inflight},
                                   {"calibration", calib_path},
                                   {"scores_from", o->scores_from}};
-      std::ofstream out(o->json, std::ios::binary | std::ios::trunc);
-      out << eval::bench_json(results, header).dump(1) << "\n";
-      out.close();
-      if (!out) fail(o->json, "write", "could not write the bench JSON");
+      write_file_atomic(o->json, eval::bench_json(results, header).dump(1) + "\n");  // complete or absent
     }
   });
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "trace/calibrate.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/trace.hpp"
@@ -29,10 +30,10 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_option("-o,--output", options->output, "Calibration file to write (.smcal)")->required();
   cmd->add_option("--cache", options->cache,
                   "Cache slots C: only for reporting the warm set's coverage (0 = no report)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative);
   cmd->add_option("--vocab", options->vocab,
                   "Token-prior vocabulary size (0 = meta.json's vocab, else the largest token + 1)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative);
   cmd->final_callback([options] {
     const trace::Trace input = trace::Trace::open(options->trace_dir);
     if (input.meta().policy)

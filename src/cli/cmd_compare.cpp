@@ -10,6 +10,8 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
+#include "common/json_input.hpp"
 #include "eval/compare.hpp"
 
 namespace steermoe::cli {
@@ -33,10 +35,7 @@ void write_json(const std::string& path, const nlohmann::json& j) {
     std::printf("%s\n", j.dump(2).c_str());
     return;
   }
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << j.dump(2) << "\n";
-  out.close();
-  if (!out) fail(path, "write", "could not write the JSON rows");
+  write_file_atomic(path, j.dump(2) + "\n");  // complete or absent
 }
 
 void run_compare(const CompareCli& o) {
@@ -45,10 +44,8 @@ void run_compare(const CompareCli& o) {
   FILE* table = o.json == "-" ? stderr : stdout;
   std::vector<std::string> notes;
   if (!o.latency.empty()) {
-    std::ifstream in(o.latency, std::ios::binary);
-    if (!in) fail(o.latency, "open", "expected a readable bench --json report");
-    const nlohmann::json bench = nlohmann::json::parse(in, nullptr, false);
-    if (bench.is_discarded()) fail(o.latency, "json", "expected valid JSON");
+    // Regular file only, depth-limited parse (common/json_input.hpp).
+    const nlohmann::json bench = read_json_file(o.latency, "a bench --json report");
     const auto rows = eval::compare_latency(bench, o.latency, o.baseline, o.options.level);
     std::fprintf(table, "%s", eval::latency_markdown(rows).c_str());
     write_json(o.json, eval::latency_json(rows));

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "common/output_file.hpp"
 #include "common/error.hpp"
 #include "model/weights.hpp"
 #include "model/weights_layout.hpp"
@@ -78,8 +79,17 @@ void add_convert_command(CLI::App& root) {
                    "(dequantized); `steermoe quantize` writes quantized GGUF\n",
                    changed, to_gguf ? "GGUF" : "safetensors", example.c_str());
     }
-    model::write_model(model->config(), o->output, model::model_slot_source(*model, choose), extra);
-    if (vocab && !to_gguf) tokenizer::write_hf_tokenizer(*vocab, o->output);
+    if (to_gguf) {
+      // One file, written under a temporary name and renamed when complete (OutputFile).
+      model::write_model(model->config(), o->output, model::model_slot_source(*model, choose), extra);
+    } else {
+      // A folder staged next to the output, moved into place (config.json last) when complete.
+      StagedDirectory staged(o->output, "config.json");
+      model::write_model(model->config(), staged.staging(), model::model_slot_source(*model, choose),
+                         extra);
+      if (vocab) tokenizer::write_hf_tokenizer(*vocab, staged.staging());
+      staged.commit();
+    }
     std::fprintf(stderr, "converted %s -> %s\n", o->model.c_str(), o->output.c_str());
   });
 }

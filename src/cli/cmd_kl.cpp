@@ -9,9 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
+#include "common/input_file.hpp"
 #include "eval/kl.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -48,12 +51,9 @@ void add_kl_command(CLI::App& root) {
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     const model::ModelConfig& cfg = model->config();
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
-    std::ifstream in(o->file, std::ios::binary);
-    if (!in) fail(o->file, "open", "expected a readable text file");
-    std::ostringstream text;
-    text << in.rdbuf();
-    const std::vector<int32_t> ids = tok.encode(text.str(), {.parse_special = false});
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
+    const std::vector<int32_t> ids =
+        tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});
     const int cache = resolve_cache(o->engine, cfg);
     const std::string calib_path = calibration_path(o->engine, o->model);
     const std::optional<policy::Calibration> calibration = load_calibration(calib_path, cfg);
@@ -86,10 +86,7 @@ void add_kl_command(CLI::App& root) {
       doc["file"] = o->file;
       doc["window_len"] = o->window_len;
       doc["calibration"] = calib_path;
-      std::ofstream out(o->json, std::ios::binary | std::ios::trunc);
-      out << doc.dump(1) << "\n";
-      out.close();
-      if (!out) fail(o->json, "write", "could not write the KL JSON");
+      write_file_atomic(o->json, doc.dump(1) + "\n");  // complete or absent
     }
   });
 }

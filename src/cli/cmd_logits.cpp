@@ -8,6 +8,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "common/memory_limit.hpp"
+#include "common/output_file.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 
@@ -69,6 +71,9 @@ void add_logits_command(CLI::App& root) {
     engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
                                                 calibration ? &*calibration : nullptr, o->threads,
                                                 std::max<int>(static_cast<int>(ids.size()), 1)));
+    check_allocation("logits", "--tokens", saturating_mul(ids.size(), V * sizeof(float)),
+                     fmt::format("the logits of {} tokens", ids.size()),
+                     "expected fewer tokens");
     std::vector<float> logits(ids.size() * V);
     if (o->batched) {
       engine.prefill(ids, logits);
@@ -78,10 +83,8 @@ void add_logits_command(CLI::App& root) {
         std::copy(row.begin(), row.end(), logits.begin() + static_cast<ptrdiff_t>(i * V));
       }
     }
-    std::FILE* f = std::fopen(o->output.c_str(), "wb");
-    if (f == nullptr) fail(o->output, "open", "cannot create the output file");
-    const size_t written = std::fwrite(logits.data(), sizeof(float), logits.size(), f);
-    if (std::fclose(f) != 0 || written != logits.size()) fail(o->output, "write", "short write");
+    write_file_atomic(o->output, std::string_view(reinterpret_cast<const char*>(logits.data()),
+                                                  logits.size() * sizeof(float)));
     std::fprintf(stderr, "wrote %zu x %zu logits to %s\n", ids.size(), V, o->output.c_str());
   });
 }

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "cli/commands.hpp"
+#include "common/output_file.hpp"
 #include "common/error.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights_layout.hpp"
@@ -111,8 +112,17 @@ void add_make_model_command(CLI::App& root) {
     const bool to_gguf = std::filesystem::path(o->output).extension() == ".gguf";
     std::vector<std::pair<std::string, model::GgufValue>> extra;
     if (vocab && to_gguf) extra = tokenizer::gguf_metadata(*vocab);
-    model::write_model(c, o->output, model::random_slot_source(dtype, o->seed), extra);
-    if (vocab && !to_gguf) tokenizer::write_hf_tokenizer(*vocab, o->output);
+    if (to_gguf) {
+      // One file, written under a temporary name and renamed when complete (OutputFile).
+      model::write_model(c, o->output, model::random_slot_source(dtype, o->seed), extra);
+    } else {
+      // A folder staged next to the output, moved into place (config.json last) when complete:
+      // an interrupted or failed run leaves no loadable-looking partial folder.
+      StagedDirectory staged(o->output, "config.json");
+      model::write_model(c, staged.staging(), model::random_slot_source(dtype, o->seed), extra);
+      if (vocab) tokenizer::write_hf_tokenizer(*vocab, staged.staging());
+      staged.commit();
+    }
     if (!vocab) {
       std::fprintf(stderr,
                    "make-model: vocabulary of %d ids is too small for a byte-level "

@@ -10,9 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/memory_limit.hpp"
+#include "common/output_file.hpp"
 #include "engine/engine.hpp"
 #include "eval/perplexity.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -23,11 +27,8 @@ namespace steermoe::cli {
 namespace {
 
 std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "open", "expected a readable text file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+  // Regular files only (a directory or FIFO is refused at once); bounded size.
+  return read_input_file(path, "a text file");
 }
 
 }  // namespace
@@ -67,16 +68,24 @@ void add_perplexity_command(CLI::App& root) {
     const std::string calib_path = calibration_path(o->engine, o->model);
     const std::optional<policy::Calibration> calibration =
         load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(),
-                        o->model);
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
     const int bos = o->bos ? tok.bos().value_or(-1) : -1;
     if (o->bos && bos < 0) fail(o->model, "bos", "--bos given but the tokenizer has no BOS token");
     if (ids.size() < 2) fail(o->file, "text", "expected at least 2 tokens, found {}", ids.size());
-    engine::Engine engine(
-        *model, engine_params(o->engine, o->engine.policy, cache,
-                              calibration ? &*calibration : nullptr, o->threads, o->window));
+    // A window longer than the text needs no more room than the text: memory scales with the
+    // window actually used (eval::perplexity sizes its logits the same way), checked first.
+    const int used_window = static_cast<int>(
+        std::min<size_t>(static_cast<size_t>(o->window), ids.size() + (bos >= 0 ? 1 : 0)));
+    check_allocation("perplexity", "--window",
+                     saturating_mul(static_cast<uint64_t>(used_window),
+                                    static_cast<uint64_t>(model->config().vocab) * 4),
+                     fmt::format("the logits of a window of {} tokens", used_window),
+                     "expected a window whose logits fit in memory (lower --window)");
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                used_window));
     const eval::PerplexityResult r =
         eval::perplexity(engine, model->config().vocab, ids,
                          {.window = o->window, .max_windows = o->max_windows, .bos = bos});
@@ -91,12 +100,10 @@ void add_perplexity_command(CLI::App& root) {
     const int64_t scored = r.scored;
     const double seconds = r.seconds;
     if (!o->scores.empty()) {
-      std::ofstream out(o->scores, std::ios::binary | std::ios::trunc);
+      std::string lines;
       for (const eval::WindowNll& w : r.windows)
-        out << nlohmann::json{{"task", o->scores_task}, {"id", w.begin}, {"score", w.nll}}.dump()
-            << "\n";
-      out.close();
-      if (!out) fail(o->scores, "write", "could not write the per-window scores");
+        lines += nlohmann::json{{"task", o->scores_task}, {"id", w.begin}, {"score", w.nll}}.dump() + "\n";
+      write_file_atomic(o->scores, lines);  // complete or absent
     }
     nlohmann::json out{{"model", o->model},
                        {"file", o->file},

@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/replay.hpp"
 #include "trace/trace.hpp"
@@ -66,10 +67,7 @@ void add_replay_command(CLI::App& root) {
       if (!decisions) fail(options->decisions, "write", "could not write the decisions file");
     }
     if (!options->json.empty()) {
-      std::ofstream out(options->json, std::ios::binary | std::ios::trunc);
-      out << all.dump(2) << "\n";
-      out.close();
-      if (!out) fail(options->json, "write", "could not write the JSON summary");
+      write_file_atomic(options->json, all.dump(2) + "\n");  // complete or absent
     }
     std::fprintf(stderr, "%s", trace::summary_table(summaries).c_str());
     for (const trace::ReplaySummary& s : summaries)

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
@@ -56,7 +57,7 @@ void add_run_command(CLI::App& root) {
     const std::optional<policy::Calibration> calibration =
         load_calibration(calib_path, model->config());
     require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())

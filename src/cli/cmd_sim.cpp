@@ -11,7 +11,11 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
+#include "common/output_file.hpp"
+#include "common/progress.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "schedule/profile.hpp"
 #include "schedule/simulator.hpp"
@@ -128,7 +132,9 @@ std::string markdown(const std::vector<Row>& rows, int layers) {
 
 void run_sim(const SimOptionsCli& o) {
   const trace::Trace input = trace::Trace::open(o.trace_dir);
-  const policy::Calibration calibration = trace::read_calibration(o.calib);
+  const policy::Calibration calibration =
+      load_calibration_for(o.calib, input.meta().layers, input.meta().experts, input.meta().top_k,
+                           input.meta().vocab, "the trace " + o.trace_dir + "'s");
   schedule::HardwareProfile profile = schedule::load_profile(o.profile);
   if (o.link_gbps > 0) profile.link_bandwidth_bytes_per_s = o.link_gbps * 1e9;
   if (o.latency_us >= 0) profile.link_latency_s = o.latency_us * 1e-6;
@@ -165,6 +171,8 @@ void run_sim(const SimOptionsCli& o) {
   view.sequence_starts = starts;
 
   std::vector<Row> rows;
+  Progress progress("sim", static_cast<int64_t>(o.policies.size() * o.max_inflight.size()) * steps,
+                    "steps");
   for (const std::string& text : o.policies) {
     const policy::PolicyConfig config = policy::parse_policy(text);
     if (config.physical) {
@@ -187,8 +195,10 @@ void run_sim(const SimOptionsCli& o) {
                                       {.cache_slots = o.cache, .max_inflight = inflight});
       row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
       rows.push_back(std::move(row));
+      progress.advance(steps);  // per row; throws Interrupted after Ctrl-C
     }
   }
+  progress.finish();
 
   nlohmann::json results = nlohmann::json::array();
   for (const Row& row : rows) results.push_back(row_json(row, meta.layers));
@@ -214,10 +224,7 @@ void run_sim(const SimOptionsCli& o) {
   } else {
     std::printf("%s", table.c_str());
     if (!o.json.empty()) {
-      std::ofstream out(o.json, std::ios::binary | std::ios::trunc);
-      out << report.dump(2) << "\n";
-      out.close();
-      if (!out) fail(o.json, "write", "could not write the JSON report");
+      write_file_atomic(o.json, report.dump(2) + "\n");
     }
   }
   FILE* notes = json_to_stdout ? stderr : stdout;
@@ -233,16 +240,14 @@ void run_sim(const SimOptionsCli& o) {
   }
 
   if (!o.latencies.empty()) {
-    std::ofstream out(o.latencies, std::ios::binary | std::ios::trunc);
-    out << "policy,max_inflight,step,ms,copies\n";
+    std::string out = "policy,max_inflight,step,ms,copies\n";
     for (const Row& row : rows) {
       for (size_t i = 0; i < row.result.token_latency.size(); ++i) {
-        out << fmt::format("\"{}\",{},{},{:.6f},{}\n", row.result.policy, row.max_inflight, i,
+        out += fmt::format("\"{}\",{},{},{:.6f},{}\n", row.result.policy, row.max_inflight, i,
                            row.result.token_latency[i] * 1e3, row.result.token_copies[i]);
       }
     }
-    out.close();
-    if (!out) fail(o.latencies, "write", "could not write the per-token latencies");
+    write_file_atomic(o.latencies, out);
   }
 }
 
@@ -271,11 +276,11 @@ void add_sim_command(CLI::App& root) {
                   "Enqueued unfinished prefetches allowed at a layer boundary (several values: one "
                   "row each)")
       ->take_all()
-      ->check(CLI::PositiveNumber);
+      ->check(Positive);
   cmd->add_option("--steps", o->steps, "Simulate only the first N steps (0 = all)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative);
   cmd->add_option("--link-GBps", o->link_gbps, "Override the profile's link bandwidth (GB/s)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NonNegative);
   cmd->add_option("--latency-us", o->latency_us,
                   "Override the profile's per-copy latency (us; negative = keep)");
   cmd->add_option("--json", o->json,

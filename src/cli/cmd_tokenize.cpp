@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "common/input_file.hpp"
 #include "common/error.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -16,11 +17,8 @@ namespace steermoe::cli {
 namespace {
 
 std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path, "open", "expected a readable text file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  return std::move(buffer).str();
+  // A directory, FIFO or device is refused (never tokenized to [] or waited on).
+  return read_input_file(path, "a text file");
 }
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]".

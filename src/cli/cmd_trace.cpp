@@ -9,8 +9,12 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "common/input_file.hpp"
+#include "common/memory_limit.hpp"
+#include "common/progress.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -45,12 +49,9 @@ void add_trace_command(CLI::App& root) {
   add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
-    std::ifstream in(o->file, std::ios::binary);
-    if (!in) fail(o->file, "open", "expected a readable text file");
-    std::ostringstream text;
-    text << in.rdbuf();
-    std::vector<int32_t> ids = tok.encode(text.str(), {.parse_special = false});
+    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
+    std::vector<int32_t> ids =
+        tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});
     if (o->max_tokens > 0 && ids.size() > static_cast<size_t>(o->max_tokens)) {
       ids.resize(static_cast<size_t>(o->max_tokens));
     }
@@ -61,9 +62,17 @@ void add_trace_command(CLI::App& root) {
     const std::optional<policy::Calibration> calibration =
         load_calibration(calib_path, model->config());
     require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    // Memory scales with the window actually used (at most the text), checked before use.
+    const int window = static_cast<int>(std::min<size_t>(static_cast<size_t>(o->window), ids.size()));
+    check_allocation("trace", "--window",
+                     saturating_mul(static_cast<uint64_t>(window),
+                                    static_cast<uint64_t>(cfg.moe_layer_count()) *
+                                        static_cast<uint64_t>(cfg.experts) * 4 * 3),
+                     fmt::format("the router records of a window of {} tokens", window),
+                     "expected a window whose records fit in memory (lower --window)");
     engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
                                                 calibration ? &*calibration : nullptr, o->threads,
-                                                o->window));
+                                                window));
     const policy::RouterSpec spec = engine.router_spec();
     trace::TraceMeta meta;
     meta.layers = spec.layers;
@@ -96,8 +105,9 @@ void add_trace_command(CLI::App& root) {
     engine::RoutingRecord record;
     engine.set_recorder(&record);
     const size_t le = static_cast<size_t>(spec.layers) * static_cast<size_t>(spec.experts);
-    for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(o->window)) {
-      const size_t end = std::min(ids.size(), begin + static_cast<size_t>(o->window));
+    Progress progress("trace", static_cast<int64_t>(ids.size()), "tokens");
+    for (size_t begin = 0; begin < ids.size(); begin += static_cast<size_t>(window)) {
+      const size_t end = std::min(ids.size(), begin + static_cast<size_t>(window));
       record.clear();
       engine.reset();
       engine.prefill(std::span<const int32_t>(ids).subspan(begin, end - begin));
@@ -109,8 +119,10 @@ void add_trace_command(CLI::App& root) {
             sigmoid ? std::span<const float>(record.weight_scores).subspan(t * le, le)
                     : std::span<const float>());
       }
+      progress.advance(static_cast<int64_t>(end - begin));  // throws Interrupted after Ctrl-C
     }
-    writer.close();
+    progress.finish();
+    writer.close();  // the folder appears under its name only now (TraceWriter stages it)
     std::fprintf(stderr, "trace: %zu steps, %d MoE layers x %d experts -> %s\n", ids.size(),
                  spec.layers, spec.experts, o->output.c_str());
   });

@@ -1,5 +1,7 @@
 #include "cli/commands.hpp"
 
+#include "cli/validators.hpp"
+
 namespace steermoe::cli {
 
 void add_all_commands(CLI::App& root) {
@@ -23,6 +25,8 @@ void add_all_commands(CLI::App& root) {
   add_tokenize_command(root);
   add_trace_command(root);
   add_trace_synth_command(root);
+  // Shared checks on every option (finite floats, unsigned integers, --quiet): validators.hpp.
+  harden_options(root);
   (void)root;
 }
 

@@ -1,11 +1,17 @@
 // steermoe: one binary, one subcommand per job (`steermoe --help` lists them).
+//
+// Exit status: 0 on success (and for --help / --version), 1 for every user error (a bad file,
+// a bad flag, a CLI parse or range error), 130 when interrupted (Ctrl-C; no partial output
+// file is left under its final name).
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <new>
 #include <string_view>
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "kernels/kernels.hpp"
 
 namespace {
@@ -37,13 +43,27 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "steermoe 0.1.0");
   steermoe::cli::add_all_commands(app);
+  steermoe::install_interrupt_handler();
   try {
     select_kernels();
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 uses its own exit codes (105, 106, ...) for parse errors; steermoe uses one rule.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 1;
+  } catch (const steermoe::Interrupted&) {
+    std::fprintf(stderr, "\nsteermoe: interrupted; no partial output was kept\n");
+    return steermoe::kInterruptExitStatus;
   } catch (const steermoe::Error& e) {
     std::fprintf(stderr, "steermoe: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    // Sizes from input are checked before allocating (common/memory_limit.hpp); this is the
+    // last resort for an allocation that still does not fit.
+    std::fprintf(stderr,
+                 "steermoe: error: out of memory: an allocation failed (the input or the flags "
+                 "ask for more memory than is available; lower -c, --window, --tokens or the "
+                 "model size)\n");
     return 1;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "steermoe: error: %s\n", e.what());

@@ -11,6 +11,8 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/json_input.hpp"
 
 namespace steermoe::eval {
 
@@ -21,7 +23,7 @@ using nlohmann::json;
 std::string id_text(const json& id, const std::string& where, const std::string& field) {
   if (id.is_string()) return id.get<std::string>();
   if (id.is_number_integer()) return std::to_string(id.get<int64_t>());
-  fail(where, field, "expected a string or an integer id, found {}", id.dump());
+  fail(where, field, "expected a string or an integer id, found {}", json_excerpt(id));
 }
 
 // A per-item score: number or bool; a list of them is averaged (the item is the unit).
@@ -29,7 +31,7 @@ double score_value(const json& v, const std::string& where, const std::string& f
   if (v.is_boolean()) return v.get<bool>() ? 1.0 : 0.0;
   if (v.is_number()) {
     const double x = v.get<double>();
-    if (!std::isfinite(x)) fail(where, field, "expected a finite number, found {}", v.dump());
+    if (!std::isfinite(x)) fail(where, field, "expected a finite number, found {}", json_excerpt(v));
     return x;
   }
   if (v.is_array() && !v.empty()) {
@@ -38,10 +40,11 @@ double score_value(const json& v, const std::string& where, const std::string& f
     return s / static_cast<double>(v.size());
   }
   fail(where, field, "expected a number, a bool or a non-empty list of them, found {}",
-       v.dump().substr(0, 80));
+       json_excerpt(v));
 }
 
 json parse_line(const std::string& line, const std::string& where) {
+  check_json_depth(line, where);  // before anything can recurse over a hostile nesting
   json j = json::parse(line, nullptr, false);
   if (j.is_discarded() || !j.is_object()) fail(where, "line", "expected a JSON object");
   return j;
@@ -65,6 +68,7 @@ json num_or_null(double v) {
 }  // namespace
 
 std::vector<ScoreItem> read_scores_jsonl(const std::string& path) {
+  require_regular_file(path, "a JSON-lines file");  // no FIFO or directory
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "open", "expected a readable JSON-lines file of {{task, id, score}}");
   std::ostringstream text;
@@ -87,7 +91,7 @@ std::vector<ScoreItem> parse_scores_jsonl(std::string_view text, const std::stri
     for (const char* key : {"task", "id", "score"})
       if (!j.contains(key)) fail(where, key, "expected the field (each line: task, id, score)");
     if (!j["task"].is_string())
-      fail(where, "task", "expected a string, found {}", j["task"].dump());
+      fail(where, "task", "expected a string, found {}", json_excerpt(j["task"]));
     ScoreItem item{j["task"].get<std::string>(), id_text(j["id"], where, "id"),
                    score_value(j["score"], where, "score")};
     if (!seen.emplace(item.task, item.id).second)
@@ -129,6 +133,7 @@ std::vector<ScoreItem> read_lm_eval_dir(const std::string& dir, const LmEvalOpti
     fail(dir, "samples", "expected samples_<task>_<date>.jsonl files (lm_eval --log_samples)");
   std::vector<ScoreItem> items;
   for (const auto& [task, path] : files) {
+    require_regular_file(path, "an lm_eval samples file");  // no FIFO or directory
     std::ifstream in(path, std::ios::binary);
     if (!in) fail(path.string(), "open", "expected a readable file");
     std::string metric = options.metric, filter = options.filter;

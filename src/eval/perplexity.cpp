@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "engine/logprob.hpp"
+#include "common/progress.hpp"
 
 namespace steermoe::eval {
 
@@ -21,10 +22,18 @@ PerplexityResult perplexity(engine::Engine& engine, int vocab, std::span<const i
   const int stride = options.window - (options.bos >= 0 ? 1 : 0);
   SM_ASSERT(stride >= 1);
   const auto V = static_cast<size_t>(vocab);
-  std::vector<float> logits(static_cast<size_t>(options.window) * V);
+  // No window is longer than the text (plus BOS): size the logits for what is used.
+  const size_t longest =
+      std::min(static_cast<size_t>(options.window), ids.size() + (options.bos >= 0 ? 1 : 0));
+  std::vector<float> logits(longest * V);
   std::vector<int32_t> window;
   PerplexityResult result;
   const auto t0 = std::chrono::steady_clock::now();
+  const size_t planned =
+      options.max_windows > 0
+          ? std::min(ids.size(), static_cast<size_t>(options.max_windows) * static_cast<size_t>(stride))
+          : ids.size();
+  Progress progress("perplexity", static_cast<int64_t>(planned), "tokens");
   for (size_t begin = 0; begin + 1 < ids.size(); begin += static_cast<size_t>(stride)) {
     if (options.max_windows > 0 && static_cast<int>(result.windows.size()) >= options.max_windows)
       break;
@@ -45,7 +54,9 @@ PerplexityResult perplexity(engine::Engine& engine, int vocab, std::span<const i
     result.total_nll += window_nll;
     result.scored += n;
     result.windows.push_back({begin, n, window_nll / static_cast<double>(n)});
+    progress.advance(static_cast<int64_t>(end - begin));  // throws Interrupted after Ctrl-C
   }
+  progress.finish();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return result;
 }

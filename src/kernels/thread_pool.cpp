@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <new>
+#include <system_error>
 
 #include "common/error.hpp"
 #include "kernels/kernels_internal.hpp"
@@ -70,18 +71,48 @@ void* thread_scratch(size_t bytes, int slot) {
 }
 }  // namespace detail
 
-ThreadPool::ThreadPool(size_t n_threads)
-    : n_threads_(n_threads), arenas_(std::make_unique<ScratchArena[]>(n_threads)) {
-  if (n_threads == 0) throw Error("thread pool: threads: must be at least 1");
-  workers_.reserve(n_threads - 1);
-  for (size_t t = 1; t < n_threads; ++t) workers_.emplace_back([this] { worker(); });
+namespace {
+std::atomic<size_t> g_fail_spawn_at{0};  // test hook: 0 = off
+}  // namespace
+
+void ThreadPool::fail_spawn_for_testing(size_t thread_index) {
+  g_fail_spawn_at.store(thread_index);
 }
 
-ThreadPool::~ThreadPool() {
+ThreadPool::ThreadPool(size_t n_threads)
+    : n_threads_(n_threads), arenas_(std::make_unique<ScratchArena[]>(std::max<size_t>(n_threads, 1))) {
+  if (n_threads == 0) throw Error("thread pool: threads: must be at least 1");
+  workers_.reserve(n_threads - 1);
+  for (size_t t = 1; t < n_threads; ++t) {
+    try {
+      if (g_fail_spawn_at.load() == t) {
+        throw std::system_error(std::make_error_code(std::errc::resource_unavailable_try_again));
+      }
+      workers_.emplace_back([this] { worker(); });
+    } catch (const std::system_error& e) {
+      // The destructor does not run for a constructor that throws: stop and join the threads
+      // already started here, or their std::thread destructors would call std::terminate.
+      stop_threads();
+      throw Error(fmt::format(
+          "threads: cannot start thread {} of {} ({}); expected the system to allow {} threads "
+          "(lower -t or raise the process/thread limit)",
+          t + 1, n_threads, e.code().message(), n_threads));
+    }
+  }
+}
+
+void ThreadPool::stop_threads() noexcept {
   stop_.store(true, std::memory_order_release);
   generation_.fetch_add(1, std::memory_order_acq_rel);
   generation_.notify_all();
-  for (auto& w : workers_) w.join();
+  for (auto& w : workers_) {
+    if (w.joinable()) w.join();
+  }
+  workers_.clear();
+}
+
+ThreadPool::~ThreadPool() {
+  stop_threads();
 }
 
 std::pair<size_t, size_t> ThreadPool::chunk(size_t n, size_t grain, size_t n_threads, size_t t) {

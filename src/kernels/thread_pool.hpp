@@ -50,8 +50,12 @@ class ScratchArena {
 
 class ThreadPool {
  public:
-  // n_threads >= 1 counts the calling thread: a pool of 1 runs everything inline.
+  // n_threads >= 1 counts the calling thread: a pool of 1 runs everything inline. If a thread
+  // cannot be created, the ones already started are joined and steermoe::Error is thrown.
   explicit ThreadPool(size_t n_threads);
+  // Test hook: the next pools fail to create their worker `thread_index` (1-based among the
+  // workers' positions; 0 turns the hook off) as if the system refused.
+  static void fail_spawn_for_testing(size_t thread_index);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -77,6 +81,7 @@ class ThreadPool {
   void run(size_t n, size_t grain, void* obj, Trampoline call);
   void run_chunks(uint64_t generation);
   void worker();
+  void stop_threads() noexcept;
 
   size_t n_threads_;
   std::vector<std::thread> workers_;

@@ -140,11 +140,53 @@ float ModelConfig::attention_scale() const {
 
 namespace {
 
-void check_range(const std::string& where, const char* field, int64_t value, int64_t lo,
+void check_range(const std::string& where, const std::string& field, int64_t value, int64_t lo,
                  int64_t hi) {
   if (value < lo || value > hi) {
     fail(where, field, "expected an integer in [{}, {}], found {}", lo, hi, value);
   }
+}
+
+// The GGUF metadata key (without the "<arch>." prefix where it has one) a config.json field is
+// read from in config_from_gguf.
+std::string gguf_key_of(std::string_view hf_field, const std::string& prefix) {
+  struct Pair {
+    std::string_view hf, gguf;
+    bool prefixed;
+  };
+  static constexpr Pair kKeys[] = {
+      {"vocab_size", "vocab_size (or the rows of token_embd.weight)", true},
+      {"hidden_size", "embedding_length", true},
+      {"num_hidden_layers", "block_count", true},
+      {"num_attention_heads", "attention.head_count", true},
+      {"num_key_value_heads", "attention.head_count_kv", true},
+      {"max_position_embeddings", "context_length", true},
+      {"rms_norm_eps", "attention.layer_norm_rms_epsilon", true},
+      {"rope_theta", "rope.freq_base", true},
+      {"q_lora_rank", "attention.q_lora_rank", true},
+      {"kv_lora_rank", "attention.kv_lora_rank", true},
+      {"qk_nope_head_dim", "attention.key_length_mla - rope.dimension_count", true},
+      {"qk_rope_head_dim", "rope.dimension_count", true},
+      {"v_head_dim", "attention.value_length_mla", true},
+      {"head_dim", "attention.key_length", true},
+      {"layers", "block_count / leading_dense_block_count", true},
+      {"num_experts", "expert_count", true},
+      {"num_experts_per_tok", "expert_used_count", true},
+      {"moe_intermediate_size", "expert_feed_forward_length", true},
+      {"shared expert intermediate size", "expert_shared_count", true},
+      {"intermediate_size", "feed_forward_length", true},
+      {"n_group", "expert_group_count", true},
+      {"topk_group", "expert_group_used_count", true},
+      {"routed_scaling_factor", "expert_weights_scale", true},
+      {"bos_token_id", "tokenizer.ggml.bos_token_id", false},
+      {"eos_token_id", "tokenizer.ggml.eos_token_id", false},
+  };
+  for (const Pair& p : kKeys) {
+    if (p.hf == hf_field) {
+      return "metadata key '" + (p.prefixed ? prefix : std::string()) + std::string(p.gguf) + "'";
+    }
+  }
+  return std::string(hf_field);
 }
 
 }  // namespace
@@ -152,6 +194,19 @@ void check_range(const std::string& where, const char* field, int64_t value, int
 void ModelConfig::validate() const {
   const std::string& w = source;
   using L = ConfigLimits;
+  // Field names in the source's own vocabulary: HF config.json names, or GGUF keys.
+  const auto check_range = [this](const std::string& where, const char* field, int64_t value,
+                                  int64_t lo, int64_t hi) {
+    ::steermoe::model::check_range(
+        where, gguf_prefix.empty() ? std::string(field) : gguf_key_of(field, gguf_prefix), value,
+        lo, hi);
+  };
+  const auto fail = [this](const std::string& where, const char* field, std::string_view what,
+                           const auto&... args) {
+    ::steermoe::fail(where,
+                     gguf_prefix.empty() ? std::string(field) : gguf_key_of(field, gguf_prefix),
+                     "{}", fmt::vformat(what, fmt::make_format_args(args...)));
+  };
   check_range(w, "vocab_size", vocab, 1, L::kMaxVocab);
   check_range(w, "hidden_size", hidden, 1, L::kMaxHidden);
   check_range(w, "num_hidden_layers", layers, 1, L::kMaxLayers);
@@ -320,7 +375,11 @@ ModelConfig config_from_gguf(const GgufFile& f) {
          "expected olmoe, qwen3moe, deepseek2, qwen3next or qwen35moe, found '{}'", arch);
   }
   c.hidden = gguf_int(f, p + "embedding_length");
+  c.gguf_prefix = p;
   c.layers = gguf_int(f, p + "block_count");
+  // Checked now: the per-layer tables below are sized by it.
+  check_range(f.name(), "metadata key '" + p + "block_count'", c.layers, 1,
+              ConfigLimits::kMaxLayers);
   c.heads = gguf_int(f, p + "attention.head_count");
   c.kv_heads = gguf_int_or(f, p + "attention.head_count_kv", c.heads);
   c.max_positions = gguf_int_or(f, p + "context_length", 4096);

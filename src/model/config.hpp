@@ -86,6 +86,9 @@ struct MlaConfig {
 struct ModelConfig {
   Family family = Family::kOlmoe;
   std::string source;  // file or folder it was read from (error messages, trace metadata)
+  // "<arch>." when read from GGUF metadata: validate() then names the GGUF key of a field
+  // ("olmoe.block_count"), not the HF config.json name ("num_hidden_layers").
+  std::string gguf_prefix;
 
   // ---- shared dimensions ----
   int vocab = 0;

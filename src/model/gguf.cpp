@@ -424,8 +424,8 @@ void GgufFile::parse(const GgufLimits& limits) {
   for (const auto& info : tensors_) {
     if (info.offset > data_size || info.nbytes > data_size - info.offset) {
       fail(where, fmt::format("tensor '{}'", info.name),
-           "bytes [{}, {}) of the data section lie outside it ({} bytes)", info.offset,
-           info.offset + std::min(info.nbytes, data_size + 1), data_size);
+           "{} bytes at offset {} of the data section lie outside it ({} bytes)", info.nbytes,
+           info.offset, data_size);  // offset + nbytes could wrap: printed as given
     }
     by_offset.push_back(&info);
   }

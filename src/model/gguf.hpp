@@ -192,6 +192,9 @@ class GgufFile {
   TensorView tensor(std::string_view name) const;
   std::optional<TensorView> find_tensor(std::string_view name) const;
 
+ // Throws if the mapped file changed on disk since it was opened (MappedFile::check_unchanged).
+  void check_unchanged() const { file_.check_unchanged(); }
+
  private:
   GgufFile() = default;
   void parse(const GgufLimits& limits);

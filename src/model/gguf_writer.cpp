@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/progress.hpp"
 #include "model/gguf.hpp"
 
 namespace steermoe::model {
@@ -188,7 +189,12 @@ void GgufWriter::finish() {
   out.write_zeros(align_up(out.position(), alignment_) - out.position());
 
   // Data: each tensor streamed by its producer, then padded.
+  uint64_t data_bytes = 0;
+  for (const auto& t : tensors_) data_bytes += t.nbytes;
+  Progress progress("write " + path_.filename().string(), static_cast<int64_t>(data_bytes >> 20),
+                    "MiB");
   for (const auto& t : tensors_) {
+    progress.advance(0);  // Ctrl-C: throws Interrupted, OutputFile removes the temporary
     const uint64_t start = out.position();
     t.produce(out);
     const uint64_t written = out.position() - start;
@@ -197,7 +203,9 @@ void GgufWriter::finish() {
            written, t.nbytes);
     }
     out.write_zeros(align_up(out.position(), alignment_) - out.position());
+    progress.advance(static_cast<int64_t>((start + t.nbytes) >> 20) - progress.done());
   }
+  progress.finish();
   out.commit();
 }
 

@@ -9,6 +9,8 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/json_input.hpp"
 
 namespace steermoe::model {
 
@@ -40,13 +42,13 @@ class Fields {
   bool boolean_or(const char* key, bool fallback) const {
     if (!has(key)) return fallback;
     const Json& v = j_.at(key);
-    if (!v.is_boolean()) fail(where_, key, "expected true or false, found {}", v.dump());
+    if (!v.is_boolean()) fail(where_, key, "expected true or false, found {}", json_excerpt(v));
     return v.get<bool>();
   }
   std::string string_or(const char* key, const std::string& fallback) const {
     if (!has(key)) return fallback;
     const Json& v = j_.at(key);
-    if (!v.is_string()) fail(where_, key, "expected a string, found {}", v.dump());
+    if (!v.is_string()) fail(where_, key, "expected a string, found {}", json_excerpt(v));
     return v.get<std::string>();
   }
   // A token id or a list of token ids (first one used); -1 when absent.
@@ -54,7 +56,15 @@ class Fields {
     if (!has(key)) return -1;
     const Json& v = j_.at(key);
     if (v.is_array()) {
+      // A list (several end tokens): every entry must be a token id, not just the first.
       if (v.empty()) return -1;
+      if (v.size() > 1024) fail(where_, key, "expected at most 1024 token ids, found {}", v.size());
+      for (const Json& item : v) {
+        if (!item.is_number_integer()) {
+          fail(where_, key, "expected a list of integer token ids, found {}", json_excerpt(v));
+        }
+        integer_value(item, key, 0, vocab - 1);
+      }
       return static_cast<int>(integer_value(v.at(0), key, 0, vocab - 1));
     }
     return static_cast<int>(integer_value(v, key, 0, vocab - 1));
@@ -66,18 +76,18 @@ class Fields {
     int64_t value = 0;
     if (v.is_number_integer()) {
       if (v.is_number_unsigned() && v.get<uint64_t>() > static_cast<uint64_t>(hi)) {
-        fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, v.dump());
+        fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, json_excerpt(v));
       }
       value = v.get<int64_t>();
     } else if (v.is_number_float()) {
       const double d = v.get<double>();
       if (!(std::isfinite(d) && d == std::floor(d) && d >= static_cast<double>(lo) &&
             d <= static_cast<double>(hi))) {
-        fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, v.dump());
+        fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, json_excerpt(v));
       }
       value = static_cast<int64_t>(d);
     } else {
-      fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, v.dump());
+      fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, json_excerpt(v));
     }
     if (value < lo || value > hi) {
       fail(where_, key, "expected an integer in [{}, {}], found {}", lo, hi, value);
@@ -85,9 +95,9 @@ class Fields {
     return value;
   }
   double number_value(const Json& v, const char* key) const {
-    if (!v.is_number()) fail(where_, key, "expected a number, found {}", v.dump());
+    if (!v.is_number()) fail(where_, key, "expected a number, found {}", json_excerpt(v));
     const double d = v.get<double>();
-    if (!std::isfinite(d)) fail(where_, key, "expected a finite number, found {}", v.dump());
+    if (!std::isfinite(d)) fail(where_, key, "expected a finite number, found {}", json_excerpt(v));
     return d;
   }
 
@@ -125,7 +135,7 @@ RopeFields rope_of(const Fields& f, double default_theta, double default_partial
   const Json* dict = &empty;
   if (f.has(dict_key)) {
     dict = &f.raw(dict_key);
-    if (!dict->is_object()) fail(f.where(), dict_key, "expected an object, found {}", dict->dump());
+    if (!dict->is_object()) fail(f.where(), dict_key, "expected an object, found {}", json_excerpt(*dict));
   }
   for (const auto& [k, v] : dict->items()) {
     if (v.is_object()) {
@@ -401,16 +411,16 @@ void fill_hybrid(const Fields& f, ModelConfig& c, Family family) {
     const Json& types = f.raw("layer_types");
     if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
       fail(f.where(), "layer_types", "expected a list of {} entries (num_hidden_layers), found {}",
-           c.layers, types.is_array() ? std::to_string(types.size()) : types.dump());
+           c.layers, types.is_array() ? std::to_string(types.size()) : json_excerpt(types));
     }
     for (size_t l = 0; l < types.size(); ++l) {
       const Json& t = types[l];
-      const std::string v = t.is_string() ? t.get<std::string>() : t.dump();
+      const std::string v = t.is_string() ? t.get<std::string>() : json_excerpt(t);
       if (v == "linear_attention") {
         c.linear_layer[l] = 1;
       } else if (v != "full_attention") {
         fail(f.where(), fmt::format("layer_types[{}]", l),
-             "expected \"linear_attention\" or \"full_attention\", found {}", t.dump());
+             "expected \"linear_attention\" or \"full_attention\", found {}", json_excerpt(t));
       }
     }
   } else {
@@ -422,6 +432,7 @@ void fill_hybrid(const Fields& f, ModelConfig& c, Family family) {
 }  // namespace
 
 ModelConfig parse_hf_config(std::string_view json_text, const std::string& where) {
+  check_json_depth(json_text, where);  // before anything can recurse over a hostile nesting
   Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) fail(where, "json", "expected a valid JSON document");
   if (!j.is_object()) fail(where, "json", "expected a JSON object at the top level");
@@ -467,12 +478,7 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& where
 }
 
 ModelConfig load_hf_config(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path.string(), "open", "expected a readable config.json");
-  std::ostringstream text;
-  text << in.rdbuf();
-  const std::string s = text.str();
-  if (s.size() > (size_t{1} << 24)) fail(path.string(), "size", "expected at most 16 MiB");
+  const std::string s = read_input_file(path, "a config.json", uint64_t{1} << 24);
   return parse_hf_config(s, path.string());
 }
 

@@ -12,6 +12,8 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/mapped_ranges.hpp"
 
 namespace steermoe::model {
 namespace {
@@ -34,27 +36,39 @@ constexpr size_t kOutputBufferBytes = size_t{4} << 20;
 
 MappedFile MappedFile::open(const std::filesystem::path& path) {
   const std::string where = path.string();
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(where, "open", "cannot open for reading ({})", errno_text(errno));
-  FdGuard guard{fd};
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) fail(where, "open", "cannot stat ({})", errno_text(errno));
-  if (!S_ISREG(st.st_mode)) fail(where, "open", "expected a regular file");
+  // Refuses directories, FIFOs and devices without blocking (common/input_file.hpp).
+  const InputFile input = open_input_file(path, "a model or data file");
   MappedFile file;
   file.path_ = path;
-  file.size_ = static_cast<uint64_t>(st.st_size);
+  file.size_ = input.size();
+  file.identity_ = input.identity();
   if (file.size_ == 0) return file;  // mmap of length 0 is invalid; an empty view is enough
-  void* p = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
+  void* p = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, input.fd(), 0);
   if (p == MAP_FAILED)
     fail(where, "open", "cannot mmap {} bytes ({})", file.size_, errno_text(errno));
   file.data_ = static_cast<const std::byte*>(p);
+  // A read of a page the file no longer has (truncated while mapped) becomes a clean error exit
+  // naming the file instead of a SIGBUS death (common/mapped_ranges.hpp).
+  register_mapped_range(file.data_, static_cast<size_t>(file.size_), where);
   return file;
+}
+
+void MappedFile::check_unchanged() const {
+  if (path_.empty()) return;
+  const FileIdentity now = file_identity(path_);
+  if (now.inode == 0) return;  // removed: the mapping keeps the old inode alive and valid
+  if (now.device == identity_.device && now.inode == identity_.inode &&
+      (now.size != identity_.size || now.mtime_ns != identity_.mtime_ns)) {
+    fail(path_.string(), "file", "the file changed while being loaded ({} bytes when opened, {} "
+         "now); expected it unchanged while in use", identity_.size, now.size);
+  }
 }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : data_(std::exchange(other.data_, nullptr)),
       size_(std::exchange(other.size_, 0)),
-      path_(std::move(other.path_)) {
+      path_(std::move(other.path_)),
+      identity_(other.identity_) {
   other.path_.clear();
 }
 
@@ -64,6 +78,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
     path_ = std::move(other.path_);
+    identity_ = other.identity_;
     other.path_.clear();
   }
   return *this;
@@ -74,6 +89,7 @@ MappedFile::~MappedFile() {
 }
 
 void MappedFile::release() noexcept {
+  if (data_ != nullptr) unregister_mapped_range(data_);
   if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), static_cast<size_t>(size_));
   data_ = nullptr;
   size_ = 0;

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "common/input_file.hpp"
+
 namespace steermoe::model {
 
 // A whole file mapped read-only (PROT_READ, MAP_PRIVATE). Move-only; unmaps on destruction.
@@ -32,6 +34,10 @@ class MappedFile {
   const std::filesystem::path& path() const { return path_; }
   bool is_open() const { return data_ != nullptr || !path_.empty(); }
 
+  // Throws steermoe::Error naming the file if it changed (size or mtime) since it was opened.
+  // A fault reading a page the file lost while mapped exits cleanly (common/mapped_ranges.hpp).
+  void check_unchanged() const;
+
   // Hint that a byte range will be read soon (madvise WILLNEED); a no-op for bad ranges.
   void prefetch(uint64_t offset, uint64_t length) const;
 
@@ -41,6 +47,7 @@ class MappedFile {
   const std::byte* data_ = nullptr;
   uint64_t size_ = 0;
   std::filesystem::path path_;
+  FileIdentity identity_;
 };
 
 // Sequential writer to `<path>.tmp`, renamed onto `path` by commit(); if the object is destroyed

@@ -12,6 +12,7 @@
 #include <unordered_set>
 
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 
 namespace steermoe::model {
 namespace {
@@ -82,7 +83,7 @@ json parse_json_strict(std::string_view text, const std::string& where, const st
 
 uint64_t get_offset(const json& value, const std::string& where, const std::string& field) {
   if (!value.is_number_unsigned()) {
-    fail(where, field, "expected a non-negative integer, found {}", value.dump());
+    fail(where, field, "expected a non-negative integer, found {}", json_excerpt(value));
   }
   return value.get<uint64_t>();
 }
@@ -139,7 +140,7 @@ void SafetensorsFile::parse() {
       for (const auto& [mkey, mvalue] : value.items()) {
         if (!mvalue.is_string()) {
           fail(where, fmt::format("__metadata__ '{}'", mkey), "expected a string, found {}",
-               mvalue.dump());
+               json_excerpt(mvalue));
         }
         metadata_.emplace(mkey, mvalue.get<std::string>());
       }
@@ -282,7 +283,7 @@ Checkpoint Checkpoint::open(const std::filesystem::path& path) {
   if (const auto meta = index.find("metadata"); meta != index.end() && meta->is_object()) {
     for (const auto& [key, value] : meta->items()) {
       checkpoint.index_metadata_.emplace(
-          key, value.is_string() ? value.get<std::string>() : value.dump());
+          key, value.is_string() ? value.get<std::string>() : json_excerpt(value));
     }
   }
   const auto weight_map = index.find("weight_map");

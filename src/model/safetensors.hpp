@@ -59,6 +59,9 @@ class SafetensorsFile {
   TensorView tensor(std::string_view name) const;
   std::optional<TensorView> find_tensor(std::string_view name) const;
 
+  // Throws if the mapped file changed on disk since it was opened (MappedFile::check_unchanged).
+  void check_unchanged() const { file_.check_unchanged(); }
+
  private:
   SafetensorsFile() = default;
   void parse();
@@ -101,6 +104,9 @@ class Checkpoint {
   std::optional<TensorView> find_tensor(std::string_view name) const;
   // The index's "metadata" object flattened to strings (e.g. total_size), empty for one file.
   const std::map<std::string, std::string>& index_metadata() const { return index_metadata_; }
+  void check_unchanged() const {
+    for (const SafetensorsFile& s : shards_) s.check_unchanged();
+  }
 
  private:
   Checkpoint() = default;

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/progress.hpp"
 #include "model/safetensors.hpp"
 
 namespace steermoe::model {
@@ -82,7 +83,13 @@ void write_file(const std::filesystem::path& path,
   const uint64_t header_bytes = text.size();
   out.write(&header_bytes, 8);
   out.write(text.data(), text.size());
+  uint64_t data_bytes = 0;
+  for (const auto& t : tensors) data_bytes += t.nbytes;
+  Progress progress("write " + path.filename().string(), static_cast<int64_t>(data_bytes >> 20),
+                    "MiB");
+  const uint64_t data_start = out.position();
   for (const auto& t : tensors) {
+    progress.advance(0);  // Ctrl-C: throws Interrupted, OutputFile removes the temporary
     const uint64_t start = out.position();
     (*t.produce)(out);
     const uint64_t written = out.position() - start;
@@ -90,7 +97,9 @@ void write_file(const std::filesystem::path& path,
       fail(path.string(), fmt::format("tensor '{}'", *t.name),
            "producer wrote {} bytes, expected {}", written, t.nbytes);
     }
+    progress.advance(static_cast<int64_t>((out.position() - data_start) >> 20) - progress.done());
   }
+  progress.finish();
   out.commit();
 }
 

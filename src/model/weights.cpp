@@ -218,6 +218,10 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
       if (!w.k_norm.empty()) fold(w.k_norm);
     }
   }
+  // The weights are used in place from the mapping: a file rewritten while it was being bound
+  // is refused now (a later shrink is caught by the SIGBUS guard, common/mapped_ranges.hpp).
+  if (m->gguf_) m->gguf_->check_unchanged();
+  if (m->checkpoint_) m->checkpoint_->check_unchanged();
   return m;
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
 
@@ -342,7 +343,7 @@ void write_model(const ModelConfig& c, const std::filesystem::path& path, const 
     w.finish();
     return;
   }
-  std::filesystem::create_directories(path);
+  create_output_directory(path);  // a clear error, not a raw filesystem_error
   const DType matrix_dtype = source.dtype_of(slots.front());
   const char* torch_dtype = matrix_dtype == DType::kBF16  ? "bfloat16"
                             : matrix_dtype == DType::kF16 ? "float16"

@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/json_input.hpp"
 
 #ifndef STEERMOE_PROFILE_DIR
 #define STEERMOE_PROFILE_DIR ""
@@ -25,7 +27,7 @@ double number(const nlohmann::json& object, const char* key, const std::string& 
     return 0.0;
   }
   const auto& value = object.at(key);
-  if (!value.is_number()) fail(where, key, "expected a number, got {}", value.dump());
+  if (!value.is_number()) fail(where, key, "expected a number, got {}", json_excerpt(value));
   const double x = value.get<double>();
   if (!(x >= min_value)) fail(where, key, "expected a number >= {}, got {}", min_value, x);
   return x;
@@ -118,13 +120,11 @@ HardwareProfile load_profile(std::string_view name_or_path,
            fmt::format("{}", fmt::join(known, ", ")));
     }
   }
-  std::ifstream in(path);
-  if (!in) fail(path.string(), "(file)", "cannot be opened");
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::string text = read_input_file(path, "a hardware profile", kMaxJsonFileBytes);
+  check_json_depth(text, path.string());  // before anything can recurse over a hostile nesting
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text.str());
+    json = nlohmann::json::parse(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (huge numbers)
     fail(path.string(), "(json)", "expected valid JSON: {}", e.what());
   }

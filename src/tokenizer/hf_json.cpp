@@ -7,6 +7,8 @@
 #include <unordered_set>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/json_input.hpp"
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/pre_tokenizer.hpp"
 
@@ -22,15 +24,12 @@ constexpr int64_t kMaxTokenId = (int64_t{1} << 24) - 1;
 constexpr size_t kMaxHoles = 1024;
 
 std::string read_text_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail(path.string(), "open", "expected a readable file");
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad()) fail(path.string(), "read", "I/O error while reading");
-  return std::move(buffer).str();
+  // Regular files only, never blocking on a FIFO; bounded size (common/input_file.hpp).
+  return read_input_file(path, "a tokenizer file", kMaxJsonFileBytes);
 }
 
 json parse_json(std::string_view text, const std::string& where) {
+  check_json_depth(text, where);  // before anything can recurse over a hostile nesting
   try {
     return json::parse(text);
   } catch (const json::exception& e) {
@@ -75,7 +74,7 @@ class Reader {
     if (value.is_number_unsigned()
             ? value.get<uint64_t>() > static_cast<uint64_t>(kMaxTokenId)
             : (value.get<int64_t>() < 0 || value.get<int64_t>() > kMaxTokenId))
-      fail(where_, field, "expected a token id in [0, {}], found {}", kMaxTokenId, value.dump());
+      fail(where_, field, "expected a token id in [0, {}], found {}", kMaxTokenId, json_excerpt(value));
     return value.get<int64_t>();
   }
 
@@ -321,13 +320,13 @@ Vocabulary parse_tokenizer_json(std::string_view json_text, const std::string& w
     if (value != nullptr && !value->is_null() &&
         !(value->is_string() && value->get<std::string>().empty()))
       fail(where, std::string("model.") + key, "expected null or \"\" (not supported), found {}",
-           value->dump());
+           json_excerpt(*value));
   }
   if (const json* dropout = r.member(model, "dropout");
       dropout != nullptr && !dropout->is_null() &&
       !(dropout->is_number() && dropout->get<double>() == 0.0))
     fail(where, "model.dropout", "expected null or 0 (dropout is for training), found {}",
-         dropout->dump());
+         json_excerpt(*dropout));
   vocab.ignore_merges = r.boolean(model, "ignore_merges", false, "model.ignore_merges");
 
   const json& model_vocab = r.require_object(model, "vocab", "model.vocab");
@@ -383,6 +382,15 @@ Vocabulary parse_tokenizer_json(std::string_view json_text, const std::string& w
   }
 
   const size_t size = static_cast<size_t>(max_id) + 1;
+  // Validate the id range against the number of tokens before allocating the table: a single
+  // huge id in a small file must not allocate (or even touch) max_id + 1 entries.
+  {
+    size_t distinct = text_by_id.size();
+    for (const Added& token : added) distinct += text_by_id.count(token.id) == 0 ? 1 : 0;
+    if (size - distinct > kMaxHoles)
+      fail(where, "model.vocab", "expected token ids 0..{} without gaps, {} ids are undefined",
+           size - 1, size - distinct);
+  }
   vocab.tokens.assign(size, {});
   vocab.types.assign(size, TokenType::kUnused);
   size_t defined = 0;
@@ -447,7 +455,7 @@ Vocabulary parse_tokenizer_json(std::string_view json_text, const std::string& w
       right = entry[1].get<std::string>();
     } else {
       fail(where, field, "expected \"left right\" or [\"left\", \"right\"], found {}",
-           entry.dump());
+           json_excerpt(entry));
     }
     for (const std::string* side : {&left, &right}) {
       if (!model_vocab.contains(*side))

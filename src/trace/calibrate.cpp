@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "common/error.hpp"
+#include "common/progress.hpp"
 
 namespace steermoe::trace {
 
@@ -13,6 +14,11 @@ policy::Calibration calibrate_trace(const Trace& trace, int vocab) {
     for (int32_t token : trace.tokens()) max_token = std::max(max_token, token);
     vocab = max_token + 1;
   }
+  // The token prior is sized by the vocabulary: a stated cap, checked before allocating.
+  constexpr int kMaxVocab = 1 << 24;
+  if (vocab > kMaxVocab)
+    fail(trace.dir().string(), "--vocab", "expected a vocabulary of at most {} tokens, found {}",
+         kMaxVocab, vocab);
   if (vocab <= 0)
     fail(trace.dir().string(), "steps",
          "expected a trace with at least one step to calibrate from");
@@ -21,10 +27,13 @@ policy::Calibration calibrate_trace(const Trace& trace, int vocab) {
       fail(trace.dir().string(), fmt::format("token {}", t),
            "expected a token id below vocab = {}, found {}", vocab, trace.token(t));
   policy::Calibrator calibrator(trace.meta().router_spec(), vocab);
+  Progress progress("calibrate", trace.steps(), "steps");
   for (int64_t t = 0; t < trace.steps(); ++t) {
     for (int l = 0; l < trace.layers(); ++l) calibrator.add(l, trace.token(t), trace.scores(t, l));
     calibrator.end_step();
+    progress.advance();  // throws Interrupted after Ctrl-C (nothing written yet)
   }
+  progress.finish();
   return calibrator.finish();
 }
 

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "trace/mapped_file.hpp"
 
 namespace steermoe::trace {
@@ -264,12 +265,9 @@ policy::Calibration decode_calibration(std::span<const uint8_t> bytes, const std
 
 void write_calibration(const std::filesystem::path& path, const policy::Calibration& calibration) {
   const std::vector<uint8_t> bytes = encode_calibration(calibration);
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  if (!out) fail(path.string(), "open", "cannot create the calibration file");
-  out.write(reinterpret_cast<const char*>(bytes.data()),
-            static_cast<std::streamsize>(bytes.size()));
-  out.close();
-  if (!out) fail(path.string(), "write", "could not write {} bytes", bytes.size());
+  // Temporary name + rename: an interrupted or failed write leaves no truncated .smcal.
+  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()),
+                                           bytes.size()));
 }
 
 policy::Calibration read_calibration(const std::filesystem::path& path) {

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "schedule/offload_step.hpp"
 
 namespace steermoe::trace {
@@ -31,7 +32,7 @@ std::vector<int32_t> get_ids(const json& object, const char* key, const std::str
   std::vector<int32_t> ids;
   for (const json& v : *it) {
     if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-      fail(where, key, "expected non-negative integer expert ids, found {}", v.dump());
+      fail(where, key, "expected non-negative integer expert ids, found {}", json_excerpt(v));
     ids.push_back(static_cast<int32_t>(v.get<int64_t>()));
   }
   return ids;
@@ -48,7 +49,7 @@ std::vector<policy::Copy> get_copies(const json& object, const char* key,
         !pair[1].is_number_integer() || pair[0].get<int64_t>() < 0 || pair[1].get<int64_t>() < 0 ||
         pair[0].get<int64_t>() > INT32_MAX || pair[1].get<int64_t>() > INT32_MAX)
       fail(where, key, "expected [expert, slot] pairs of non-negative integers, found {}",
-           pair.dump());
+           json_excerpt(pair));
     copies.push_back({static_cast<int32_t>(pair[0].get<int64_t>()),
                       static_cast<int32_t>(pair[1].get<int64_t>())});
   }
@@ -99,6 +100,7 @@ std::string decision_line(const DecisionRecord& r) {
 DecisionRecord parse_decision_line(std::string_view line, const std::string& where) {
   json object;
   try {
+    check_json_depth(line, where);
     object = json::parse(line, nullptr, /*allow_exceptions=*/false);
   } catch (const json::exception&) {
     object = json(json::value_t::discarded);

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "common/error.hpp"
+#include "common/progress.hpp"
 
 namespace steermoe::trace {
 namespace {
@@ -172,6 +173,7 @@ void synthesize_trace(const SynthParams& p, const std::filesystem::path& dir) {
   std::vector<double> dynamics(row), logits(row);
   std::vector<float> scores(row), pregate(row), weights(sigmoid_router ? row : 0);
   const int64_t base_length = p.tokens / p.sequences, longer = p.tokens % p.sequences;
+  Progress progress("trace-synth", p.tokens, "steps");
   for (int64_t s = 0; s < p.sequences; ++s) {
     writer.begin_sequence();
     const int64_t length = base_length + (s < longer ? 1 : 0);
@@ -207,8 +209,10 @@ void synthesize_trace(const SynthParams& p, const std::filesystem::path& dir) {
         }
       }
       writer.append_step(token, scores, pregate, weights);
+      progress.advance();  // throws Interrupted after Ctrl-C; the staged folder is removed
     }
   }
+  progress.finish();
   writer.close();
 }
 

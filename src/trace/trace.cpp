@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/json_input.hpp"
 
 namespace steermoe::trace {
 namespace {
@@ -23,7 +25,7 @@ int64_t get_int(const json& object, const char* key, const std::string& where, i
     fail(where, key, "expected an integer field '{}' (missing)", key);
   }
   if (!it->is_number_integer())
-    fail(where, key, "expected an integer in [{}, {}], found {}", lo, hi, it->dump());
+    fail(where, key, "expected an integer in [{}, {}], found {}", lo, hi, json_excerpt(*it));
   const int64_t value = it->is_number_unsigned() && it->get<uint64_t>() > uint64_t(INT64_MAX)
                             ? INT64_MAX
                             : it->get<int64_t>();
@@ -39,7 +41,7 @@ std::string get_string(const json& object, const char* key, const std::string& w
     if (fallback) return *fallback;
     fail(where, key, "expected a string field '{}' (missing)", key);
   }
-  if (!it->is_string()) fail(where, key, "expected a string, found {}", it->dump());
+  if (!it->is_string()) fail(where, key, "expected a string, found {}", json_excerpt(*it));
   return it->get<std::string>();
 }
 
@@ -108,11 +110,11 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
     if (!it->is_array() || it->size() != static_cast<size_t>(meta.layers))
       fail(where, "moe_layer_ids",
            "expected an array of {} layer indices (one per MoE layer), found {}", meta.layers,
-           it->dump().substr(0, 200));
+           json_excerpt(*it));
     for (const json& id : *it) {
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > 1'000'000)
         fail(where, "moe_layer_ids", "expected non-negative integer layer indices, found {}",
-             id.dump());
+             json_excerpt(id));
       meta.moe_layer_ids.push_back(static_cast<int>(id.get<int64_t>()));
     }
   } else {
@@ -132,20 +134,20 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
       static_cast<int>(get_int(object, "topk_group", where, 1, meta.n_group, meta.n_group));
   if (const auto it = object.find("norm_topk_prob"); it != object.end()) {
     if (!it->is_boolean())
-      fail(where, "norm_topk_prob", "expected true or false, found {}", it->dump());
+      fail(where, "norm_topk_prob", "expected true or false, found {}", json_excerpt(*it));
     meta.norm_topk_prob = it->get<bool>();
   }
   if (const auto it = object.find("routed_scaling_factor"); it != object.end()) {
     // Checked as float32, the type it is used in (1e300 is finite as a double, not as a float).
     if (!it->is_number() || !std::isfinite(it->get<float>()) || !(it->get<float>() > 0.0f))
       fail(where, "routed_scaling_factor", "expected a positive finite number, found {}",
-           it->dump());
+           json_excerpt(*it));
     meta.routed_scaling_factor = it->get<float>();
   }
   meta.window = static_cast<int>(get_int(object, "window", where, 1, meta.experts, 0));
   meta.vocab = static_cast<int>(get_int(object, "vocab", where, 0, INT32_MAX, 0));
   if (const auto it = object.find("policy"); it != object.end() && !it->is_null()) {
-    if (!it->is_string()) fail(where, "policy", "expected a policy string, found {}", it->dump());
+    if (!it->is_string()) fail(where, "policy", "expected a policy string, found {}", json_excerpt(*it));
     meta.policy = it->get<std::string>();
   }
   if (object.contains("cache_slots"))
@@ -160,6 +162,7 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
 }
 
 TraceMeta parse_trace_meta(std::string_view text, const std::string& where) {
+  check_json_depth(text, where);  // before anything can recurse over a hostile nesting
   json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (object.is_discarded()) {
     // Parse again with exceptions for the position of the error.
@@ -247,16 +250,15 @@ Trace Trace::open(const std::filesystem::path& dir, const TraceOpenOptions& opti
   trace.dir_ = dir;
   const std::filesystem::path meta_path = dir / "meta.json";
   {
-    std::ifstream in(meta_path, std::ios::binary);
-    if (!in) {
-      if (!std::filesystem::is_directory(dir))
-        fail(dir.string(), "trace",
-             "expected a trace folder (meta.json, tokens.npy, scores.npy, pregate.npy)");
+    std::error_code ec;
+    if (!std::filesystem::is_directory(dir, ec))
+      fail(dir.string(), "trace",
+           "expected a trace folder (meta.json, tokens.npy, scores.npy, pregate.npy)");
+    if (!std::filesystem::exists(meta_path, ec))
       fail(meta_path.string(), "open", "expected the trace's meta.json (cannot read it)");
-    }
-    std::stringstream text;
-    text << in.rdbuf();
-    trace.meta_ = parse_trace_meta(text.str(), meta_path.string());
+    trace.meta_ = parse_trace_meta(read_input_file(meta_path, "the trace's meta.json",
+                                                   kMaxJsonFileBytes),
+                                   meta_path.string());
   }
   const TraceMeta& meta = trace.meta_;
   const NpyArray tokens = NpyArray::open(dir / meta.tokens_file, {DType::kI32, DType::kI64});
@@ -281,33 +283,29 @@ Trace Trace::open(const std::filesystem::path& dir, const TraceOpenOptions& opti
 }
 
 TraceWriter::TraceWriter(const std::filesystem::path& dir, TraceMeta meta, bool with_weights_scores)
-    : dir_((std::filesystem::create_directories(dir), dir)),
+    : staged_(dir, "meta.json"),
+      dir_(staged_.staging()),
       meta_(std::move(meta)),
       with_weights_(with_weights_scores),
-      tokens_(dir / meta_.tokens_file, DType::kI32, {}),
-      scores_(dir / "scores.npy", DType::kF32,
+      tokens_(dir_ / meta_.tokens_file, DType::kI32, {}),
+      scores_(dir_ / "scores.npy", DType::kF32,
               {static_cast<uint64_t>(meta_.layers), static_cast<uint64_t>(meta_.experts)}),
-      pregate_(dir / "pregate.npy", DType::kF32,
+      pregate_(dir_ / "pregate.npy", DType::kF32,
                {static_cast<uint64_t>(meta_.layers), static_cast<uint64_t>(meta_.experts)}) {
   // A stale weights_scores.npy from an earlier trace in the same folder would be read back as
   // part of this one.
-  if (!with_weights_) std::filesystem::remove(dir / "weights_scores.npy");
+  if (!with_weights_) staged_.remove_at_commit("weights_scores.npy");
   if (meta_.moe_layer_ids.empty())
     for (int l = 0; l < meta_.layers; ++l) meta_.moe_layer_ids.push_back(l);
   // Fail now, not after hours of recording, if the meta would not read back.
   trace_meta_from_json(meta_.to_json(), (dir / "meta.json").string());
   if (with_weights_)
-    weights_.emplace(dir / "weights_scores.npy", DType::kF32,
+    weights_.emplace(dir_ / "weights_scores.npy", DType::kF32,
                      std::vector<uint64_t>{static_cast<uint64_t>(meta_.layers),
                                            static_cast<uint64_t>(meta_.experts)});
 }
 
-TraceWriter::~TraceWriter() {
-  try {
-    close();
-  } catch (...) {  // destructors must not throw; call close() to see errors
-  }
-}
+TraceWriter::~TraceWriter() = default;  // without close(): the staging folder is removed
 
 void TraceWriter::begin_sequence() {
   if (sequence_starts_.empty() || sequence_starts_.back() != steps_)
@@ -348,6 +346,7 @@ void TraceWriter::close() {
   out << meta_.to_json().dump(2) << "\n";
   out.close();
   if (!out) fail(meta_path.string(), "write", "could not write meta.json");
+  staged_.commit();
 }
 
 }  // namespace steermoe::trace

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "policy/config.hpp"
+#include "common/output_file.hpp"
 #include "trace/npy.hpp"
 
 namespace steermoe::trace {
@@ -98,7 +99,10 @@ std::vector<int64_t> load_sequence_starts(const NpyArray& array, uint64_t steps)
 // at close(); a trace that was never closed is not readable (meta.json is missing).
 class TraceWriter {
  public:
-  // Creates `dir` (and parents) if needed. `with_weights_scores`: also record weights_scores.npy.
+  // Writes into a staging folder next to `dir`; close() moves the files into `dir` (creating it),
+  // meta.json last. Destroyed without close() (an error, Ctrl-C) the staging folder is removed
+  // and `dir` is left as it was: no partial trace ever looks complete.
+  // `with_weights_scores`: also record weights_scores.npy.
   TraceWriter(const std::filesystem::path& dir, TraceMeta meta, bool with_weights_scores);
   ~TraceWriter();
   TraceWriter(const TraceWriter&) = delete;
@@ -117,7 +121,8 @@ class TraceWriter {
   void close();
 
  private:
-  std::filesystem::path dir_;
+  StagedDirectory staged_;
+  std::filesystem::path dir_;  // the staging folder
   TraceMeta meta_;
   bool with_weights_;
   int64_t steps_ = 0;

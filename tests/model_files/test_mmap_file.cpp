@@ -34,7 +34,7 @@ TEST(MappedFile, EmptyFileAndErrors) {
   const MappedFile empty = MappedFile::open(dir / "empty");
   EXPECT_EQ(empty.size(), 0u);
   EXPECT_TRUE(empty.bytes().empty());
-  EXPECT_ERROR_WITH(MappedFile::open(dir / "absent"), "absent: open: cannot open for reading");
+  EXPECT_ERROR_WITH(MappedFile::open(dir / "absent"), "absent: open: cannot open a model or data file");
   EXPECT_ERROR_WITH(MappedFile::open(dir.path()), ": open: expected a regular file");
 }
 

@@ -1,0 +1,48 @@
+#include "cli/checks.hpp"
+
+#include "common/error.hpp"
+#include "trace/calibration_file.hpp"
+
+namespace steermoe::cli {
+
+tokenizer::Tokenizer load_tokenizer_for(const std::string& model_path, const model::Model& model) {
+  tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_path);
+  const model::ModelConfig& c = model.config();
+  if (tok.size() > static_cast<size_t>(c.vocab)) {
+    fail(model_path, "tokenizer",
+         "expected at most {} tokens (the model's vocabulary: rows of its embedding table), the "
+         "tokenizer has {}; tokenizer and weights are from different models",
+         c.vocab, tok.size());
+  }
+  for (const auto& [name, id] : {std::pair{"bos", tok.bos()}, std::pair{"eos", tok.eos()}}) {
+    if (id && (*id < 0 || *id >= c.vocab)) {
+      fail(model_path, fmt::format("tokenizer {} token", name),
+           "expected an id below the model's vocabulary of {}, found {}", c.vocab, *id);
+    }
+  }
+  return tok;
+}
+
+policy::Calibration load_calibration_for(const std::string& path, int layers, int experts,
+                                         int top_k, int vocab, const std::string& against) {
+  policy::Calibration cal = trace::read_calibration(path);
+  if (cal.layers != layers || cal.experts != experts || cal.top_k != top_k) {
+    fail(path, "shape",
+         "expected a calibration of {} MoE layers x {} experts, top-{} ({}), found {} x {}, "
+         "top-{}",
+         layers, experts, top_k, against, cal.layers, cal.experts, cal.top_k);
+  }
+  if (vocab > 0 && cal.prior.vocab > vocab) {
+    fail(path, "token prior vocab",
+         "expected at most {} tokens ({}), found {}", vocab, against, cal.prior.vocab);
+  }
+  return cal;
+}
+
+policy::Calibration load_calibration_for(const std::string& path, const model::Model& model) {
+  const model::ModelConfig& c = model.config();
+  return load_calibration_for(path, c.moe_layer_count(), c.experts, c.top_k, c.vocab,
+                              "the model " + c.source + "'s");
+}
+
+}  // namespace steermoe::cli

@@ -1,0 +1,24 @@
+// Consistency checks at load, shared by the commands that combine several inputs: a tokenizer
+// must fit the model's vocabulary (its special ids too), a calibration must have the model's
+// (or trace's) shape. Every message names the file that does not fit.
+#pragma once
+
+#include <string>
+
+#include "model/weights.hpp"
+#include "policy/calibration.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+
+// Tokenizer::load(model_path), then: at most the model's vocab tokens, BOS/EOS ids inside it.
+tokenizer::Tokenizer load_tokenizer_for(const std::string& model_path, const model::Model& model);
+
+// trace::read_calibration(path), then: the model's MoE layers x experts and top-k, and a token
+// prior no wider than the model's vocabulary. Errors name the .smcal file.
+policy::Calibration load_calibration_for(const std::string& path, const model::Model& model);
+// Same against an explicit shape (a trace's); `against` names it in the message.
+policy::Calibration load_calibration_for(const std::string& path, int layers, int experts,
+                                         int top_k, int vocab, const std::string& against);
+
+}  // namespace steermoe::cli
