@@ -70,7 +70,7 @@ const kernels::Matrix* matrix_of(const Model& m, const TensorSlot& s) {
 // ---- hybrid families: value-head order, fused projections, stored-vs-effective vectors ----
 
 uint64_t element_size(kernels::DType d) {
-  return d == kernels::DType::kF32 ? 4 : 2;
+  return kernels::dtype_size(d);
 }
 
 // GGUF slot names are blk.*, token_embd, output*; HF ones model.* and lm_head.
@@ -290,9 +290,6 @@ const WeightVector* vector_of(const Model& m, const TensorSlot& s) {
   }
 }
 
-uint64_t element_size(kernels::DType d) {
-  return kernels::dtype_size(d);
-}
 
 // The rows of `mat` stored as `dtype`: the bytes unchanged when the type is kept, otherwise
 // dequantized row by row to f32 and encoded as `dtype` (convert_from_f32).
