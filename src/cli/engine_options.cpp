@@ -25,7 +25,7 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
                   "Fraction of each layer's experts cached, in (0, 1] (instead of --cache)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--link", o.link,
-                  "Where experts live: resident | disk | emulated:GBPS[,LATENCY_US] | sim:PROFILE")
+                  "Where experts live: resident | disk | emulated:GBPS[,LATENCY_US] | sim:PROFILE | cuda")
       ->capture_default_str();
   cmd->add_option("--max-inflight", o.max_inflight, "Prefetch copies in flight at a layer boundary")
       ->check(CLI::Range(1, 1024))

@@ -79,11 +79,16 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (offload_->simulated_clock() != nullptr)
     step_->simulate_compute(offload_->simulated_clock(), offload_->profile());
   offload_->attach(step_->scheduler());
+  const bool device_link = offload_->kind() == LinkKind::kCuda;
+  if (device_link && params.backend != "cuda")
+    fail("engine", "--link", "expected --backend cuda with --link cuda, found --backend {}",
+         params.backend);
   if (params.backend == "cuda") {
     const bool resident = offload_->store().all_resident();
     backend_ = make_cuda_backend(model_, CudaBackendParams{.context = context_,
                                                            .max_batch = params.max_batch,
                                                            .upload_experts = resident,
+                                                           .experts_on_device = device_link,
                                                            .cache_slots = slots_,
                                                            .quiet = params.quiet});
   } else if (params.backend == "cpu") {

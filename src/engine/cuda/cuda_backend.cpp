@@ -207,7 +207,9 @@ CudaBackend::CudaBackend(const model::Model& model, const CudaBackendParams& par
     }
   }
   const int moe_layers = cfg_.moe_layer_count();
-  if (!params.upload_experts) {
+  if (params.experts_on_device) {
+    experts = 0;  // the cuda link allocated (and checked) its device slots
+  } else if (!params.upload_experts) {
     experts =
         static_cast<size_t>(moe_layers) * static_cast<size_t>(params.cache_slots) * expert_bytes_;
   }
@@ -228,7 +230,10 @@ CudaBackend::CudaBackend(const model::Model& model, const CudaBackendParams& par
                  "cuda: %s (sm_%d%d), %.1f GiB device memory, %.1f GiB free; needs %.2f GiB "
                  "(weights %.2f, experts %.2f %s, KV %.2f, activations %.2f)\n",
                  prop.name, prop.major, prop.minor, gib(total_b), gib(free_b), gib(need),
-                 gib(weights), gib(experts), params.upload_experts ? "all resident" : "in slots",
+                 gib(weights), gib(experts),
+                 params.upload_experts      ? "all resident"
+                 : params.experts_on_device ? "in cuda link slots, counted there"
+                                            : "in device slots",
                  gib(kv_bytes), gib(act));
   }
   if (need > free_b) {
@@ -292,7 +297,7 @@ CudaBackend::CudaBackend(const model::Model& model, const CudaBackendParams& par
       row.push_back({.gate = d.gate.data, .up = d.up.data, .down = d.down.data, .weight = 0.0f});
     }
   }
-  if (!params.upload_experts) {
+  if (!params.upload_experts && !params.experts_on_device) {
     const size_t slots = static_cast<size_t>(moe_layers) * static_cast<size_t>(params.cache_slots);
     slot_mem_.resize(slots);
     for (void*& p : slot_mem_) p = alloc<uint8_t>(expert_bytes_);
@@ -543,11 +548,17 @@ kc::MoeExpert CudaBackend::device_expert(int layer, int m, const ExpertCall& cal
     return d;
   }
   SM_ASSERT_MSG(!params_.upload_experts, "expert store handed out weights not in the model");
+  const model::SwigluWeights& src = *call.weights;
+  if (params_.experts_on_device) {
+    // The cuda link's device slots: the store's pointers are device addresses already.
+    SM_ASSERT(src.gate.stride() == src.gate.cols && src.up.stride() == src.up.cols &&
+              src.down.stride() == src.down.cols);
+    return {.gate = src.gate.data, .up = src.up.data, .down = src.down.data, .weight = call.weight};
+  }
   SM_ASSERT(call.slot >= 0 && call.slot < params_.cache_slots);
   const size_t idx = static_cast<size_t>(m) * static_cast<size_t>(params_.cache_slots) +
                      static_cast<size_t>(call.slot);
   auto* base = static_cast<uint8_t*>(slot_mem_[idx]);
-  const model::SwigluWeights& src = *call.weights;
   const size_t gb = matrix_bytes(src.gate), ub = matrix_bytes(src.up);
   if (slot_expert_[idx] != call.expert || slot_source_[idx] != src.gate.data) {
     (void)into(src.gate, base);
