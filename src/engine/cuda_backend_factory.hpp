@@ -4,6 +4,7 @@
 // CUDA".
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -62,7 +63,11 @@ class CudaExperts {
 
 // Throws steermoe::Error when built without CUDA, without a device, when the layout has no host
 // sources, or when L x C slots do not fit in device memory.
+// Test hook: each copy is preceded on the copy stream by a host-side sleep drawn from
+// [0, test_delay_max_s) (seeded), to show outputs never depend on copy timing.
 std::unique_ptr<CudaExperts> make_cuda_experts(const model::Model& model,
-                                               const link::ExpertLayout& layout, int cache_slots);
+                                               const link::ExpertLayout& layout, int cache_slots,
+                                               double test_delay_max_s = 0,
+                                               uint64_t test_delay_seed = 1);
 
 }  // namespace steermoe::engine

@@ -23,7 +23,8 @@ std::unique_ptr<ComputeBackend> make_cuda_backend(const model::Model& /*model*/,
 
 std::unique_ptr<CudaExperts> make_cuda_experts(const model::Model& /*model*/,
                                                const link::ExpertLayout& /*layout*/,
-                                               int /*cache_slots*/) {
+                                               int /*cache_slots*/, double /*test_delay_max_s*/,
+                                               uint64_t /*test_delay_seed*/) {
   std::string why;
   (void)cuda_backend_available(&why);
   fail("--link", "cuda", "expected a usable CUDA backend, found {}", why);

@@ -84,7 +84,8 @@ Offload::Offload(const model::Model& model, const LinkOptions& options, int cach
   const model::ModelConfig& cfg = model.config();
   layout_ = model::expert_layout(model);
   if (kind_ == LinkKind::kCuda) {
-    cuda_ = make_cuda_experts(model, layout_, cache_slots);
+    cuda_ = make_cuda_experts(model, layout_, cache_slots, options.test_copy_delay_max_s,
+                              options.test_copy_delay_seed);
     expert_bytes_ = static_cast<int64_t>(layout_.expert_bytes(0, 0));
     return;
   }

@@ -1,8 +1,9 @@
 // The whole forward on the CUDA backend against the CPU engine: the llama.cpp oracle models
 // (OLMoE, Qwen3-MoE, DeepSeek-V3 MLA, Moonlight) and the steer-olmoe-tiny model. Logits within
 // 1e-3 of the largest |logit| of each token, identical argmax, identical routed experts; and
-// bit-identical logits across --max-inflight, injected copy delays, and device slots vs
-// all-resident experts. Every test skips with the reason when no GPU is present.
+// bit-identical logits across --max-inflight, injected copy delays, links (emulated host slots,
+// the cuda link's device slots) and all-resident experts. Every test skips with the reason when no
+// GPU is present.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -122,40 +123,56 @@ TEST_F(CudaTiny, LogitsAreBitIdenticalAcrossInflightDelaysAndSlotStores) {
     // All experts uploaded (logical cache) is the reference for every offloaded variant.
     const Outcome base = run(*model_, params(policy, E / 2, "resident"));
     struct Variant {
+      const char* link;
       int inflight;
       double delay_s;
     };
-    for (const Variant v :
-         {Variant{1, 0.0}, Variant{4, 0.0}, Variant{2, 0.002}, Variant{8, 0.001}}) {
-      SCOPED_TRACE("max_inflight " + std::to_string(v.inflight) + " delay " +
-                   std::to_string(v.delay_s));
-      EngineParams p = params(policy, E / 2, "emulated:10,2");
-      p.max_inflight = v.inflight;
-      p.test_copy_delay_max_s = v.delay_s;
-      p.test_copy_delay_seed = 7;
-      const Outcome got = run(*model_, p);
-      ASSERT_EQ(got.logits, base.logits);
-      ASSERT_EQ(got.record.selected, base.record.selected);
+    for (const Variant v : {Variant{"emulated:10,2", 1, 0.0}, Variant{"emulated:10,2", 4, 0.0},
+                            Variant{"emulated:10,2", 2, 0.002}, Variant{"emulated:10,2", 8, 0.001},
+                            Variant{"cuda", 1, 0.0}, Variant{"cuda", 4, 0.0},
+                            Variant{"cuda", 2, 0.002}) {
+        SCOPED_TRACE(std::string(v.link) + " max_inflight " + std::to_string(v.inflight) +
+                     " delay " + std::to_string(v.delay_s));
+        EngineParams p = params(policy, E / 2, v.link);
+        p.max_inflight = v.inflight;
+        p.test_copy_delay_max_s = v.delay_s;
+        p.test_copy_delay_seed = 7;
+        const Outcome got = run(*model_, p);
+        ASSERT_EQ(got.logits, base.logits);
+        ASSERT_EQ(got.record.selected, base.record.selected);
+      }
+  }
+  }
+
+  TEST_F(CudaTiny, RepeatedRunsAreBitIdentical) {
+    const Outcome a = run(*model_, params("exact:evict=lru", 0, "resident"));
+    const Outcome b = run(*model_, params("exact:evict=lru", 0, "resident"));
+    ASSERT_EQ(a.logits, b.logits);
+  }
+
+  TEST_F(CudaTiny, CudaLinkNeedsTheCudaBackend) {
+    EngineParams p = params("exact:evict=lru", model_->config().experts / 2, "cuda");
+    p.backend = "cpu";
+    try {
+      Engine e(*model_, p);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected --backend cuda with --link cuda"),
+                std::string::npos)
+          << e.what();
     }
   }
-}
 
-TEST_F(CudaTiny, RepeatedRunsAreBitIdentical) {
-  const Outcome a = run(*model_, params("exact:evict=lru", 0, "resident"));
-  const Outcome b = run(*model_, params("exact:evict=lru", 0, "resident"));
-  ASSERT_EQ(a.logits, b.logits);
-}
-
-TEST_F(CudaTiny, AnUnknownBackendIsAClearError) {
-  EngineParams p = params("exact:evict=lru", 0, "resident");
-  p.backend = "tpu";
-  try {
-    Engine e(*model_, p);
-    FAIL() << "expected an error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("expected cpu or cuda"), std::string::npos) << e.what();
+  TEST_F(CudaTiny, AnUnknownBackendIsAClearError) {
+    EngineParams p = params("exact:evict=lru", 0, "resident");
+    p.backend = "tpu";
+    try {
+      Engine e(*model_, p);
+      FAIL() << "expected an error";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("expected cpu or cuda"), std::string::npos) << e.what();
+    }
   }
-}
 
 }  // namespace
 }  // namespace steermoe::cudatest

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <random>
+#include <thread>
 #include <vector>
 
 #include "common/error.hpp"
@@ -21,10 +23,14 @@ void check(cudaError_t err, const char* what) {
 
 class CudaLink final : public link::Link {
  public:
-  CudaLink(const link::ExpertLayout& layout, std::byte* slots, int cache_slots)
+  CudaLink(const link::ExpertLayout& layout, std::byte* slots, int cache_slots, double delay_max_s,
+           uint64_t delay_seed)
       : layout_(layout),
         slots_(slots),
         cache_slots_(cache_slots),
+        delay_max_s_(delay_max_s),
+        rng_(delay_seed),
+        delays_(static_cast<size_t>(kRing), 0.0),
         origin_(std::chrono::steady_clock::now()) {
     check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     events_.resize(kRing);
@@ -43,6 +49,11 @@ class CudaLink final : public link::Link {
     // A ring position is reused only once its previous copy has completed.
     if (last_ - completed() >= kRing) wait(last_ - kRing + 1);
     std::byte* dst = slot(c.layer, c.slot);
+    if (delay_max_s_ > 0) {
+      double& d = delays_[static_cast<size_t>((last_ + 1) % kRing)];
+      d = std::uniform_real_distribution<double>(0.0, delay_max_s_)(rng_);
+      check(cudaLaunchHostFunc(stream_, &CudaLink::sleep_for, &d), "cudaLaunchHostFunc");
+    }
     for (const link::ExpertPart& p : layout_.parts(c.layer, c.expert)) {
       SM_ASSERT(p.source != nullptr);
       check(
@@ -84,10 +95,16 @@ class CudaLink final : public link::Link {
   }
 
  private:
+  static void CUDART_CB sleep_for(void* seconds) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(*static_cast<double*>(seconds)));
+  }
   static constexpr int64_t kRing = 4096;
   const link::ExpertLayout& layout_;
   std::byte* slots_;
   int cache_slots_;
+  double delay_max_s_ = 0;
+  std::mt19937_64 rng_;
+  std::vector<double> delays_;  // [kRing] test-hook delay of each in-flight copy
   cudaStream_t stream_ = nullptr;
   std::vector<cudaEvent_t> events_;
   link::Ticket last_ = 0;
@@ -133,7 +150,8 @@ class DeviceSlotStore final : public ExpertStore {
 
 class CudaExpertsImpl final : public CudaExperts {
  public:
-  CudaExpertsImpl(const model::Model& model, const link::ExpertLayout& layout, int cache_slots) {
+  CudaExpertsImpl(const model::Model& model, const link::ExpertLayout& layout, int cache_slots,
+                  double delay_max_s, uint64_t delay_seed) {
     if (!layout.in_memory())
       fail(model.path().string(), "experts",
            "expected every expert in the host mapping for the cuda link");
@@ -150,7 +168,8 @@ class CudaExpertsImpl final : public CudaExperts {
           static_cast<double>(bytes_) / (1 << 30), static_cast<double>(free_b) / (1 << 30));
     check(cudaMalloc(&slots_, bytes_), "cudaMalloc");
     pin(layout);
-    link_ = std::make_unique<CudaLink>(layout, static_cast<std::byte*>(slots_), cache_slots);
+    link_ = std::make_unique<CudaLink>(layout, static_cast<std::byte*>(slots_), cache_slots,
+                                       delay_max_s, delay_seed);
     store_ = std::make_unique<DeviceSlotStore>(model, layout, *link_, cache_slots);
   }
   ~CudaExpertsImpl() override {
@@ -212,11 +231,13 @@ class CudaExpertsImpl final : public CudaExperts {
 }  // namespace
 
 std::unique_ptr<CudaExperts> make_cuda_experts(const model::Model& model,
-                                               const link::ExpertLayout& layout, int cache_slots) {
+                                               const link::ExpertLayout& layout, int cache_slots,
+                                               double test_delay_max_s, uint64_t test_delay_seed) {
   std::string why;
   if (!cuda_backend_available(&why))
     fail("--link", "cuda", "expected a usable CUDA backend, found {}", why);
-  return std::make_unique<CudaExpertsImpl>(model, layout, cache_slots);
+  return std::make_unique<CudaExpertsImpl>(model, layout, cache_slots, test_delay_max_s,
+                                           test_delay_seed);
 }
 
 }  // namespace steermoe::engine
