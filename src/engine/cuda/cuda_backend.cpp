@@ -358,15 +358,18 @@ CudaBackend::~CudaBackend() {
 const float* CudaBackend::upload(const std::vector<float>& v) {
   if (v.empty()) return nullptr;
   float* d = alloc<float>(v.size());
-  check(cudaMemcpy(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice), "cudaMemcpy");
+  check(cudaMemcpyAsync(d, v.data(), v.size() * 4, cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpyAsync");
   return d;
 }
 
 kc::DMatrix CudaBackend::into(const kernels::Matrix& m, void* dst) {
   const size_t es = kernels::dtype_size(m.dtype);
-  check(cudaMemcpy2D(dst, m.cols * es, m.data, m.stride() * es, m.cols * es, m.rows,
-                     cudaMemcpyHostToDevice),
-        "cudaMemcpy2D");
+  // On the compute stream: a later kernel is ordered after the copy (a synchronous copy from
+  // pageable memory may return before its DMA lands, and the compute stream is non-blocking).
+  check(cudaMemcpy2DAsync(dst, m.cols * es, m.data, m.stride() * es, m.cols * es, m.rows,
+                          cudaMemcpyHostToDevice, stream_),
+        "cudaMemcpy2DAsync");
   return {.data = dst,
           .dtype = wtype(m.dtype),
           .rows = static_cast<int32_t>(m.rows),
