@@ -127,52 +127,52 @@ TEST_F(CudaTiny, LogitsAreBitIdenticalAcrossInflightDelaysAndSlotStores) {
       int inflight;
       double delay_s;
     };
-    for (const Variant v : {Variant{"emulated:10,2", 1, 0.0}, Variant{"emulated:10,2", 4, 0.0},
-                            Variant{"emulated:10,2", 2, 0.002}, Variant{"emulated:10,2", 8, 0.001},
-                            Variant{"cuda", 1, 0.0}, Variant{"cuda", 4, 0.0},
-                            Variant{"cuda", 2, 0.002}) {
-        SCOPED_TRACE(std::string(v.link) + " max_inflight " + std::to_string(v.inflight) +
-                     " delay " + std::to_string(v.delay_s));
-        EngineParams p = params(policy, E / 2, v.link);
-        p.max_inflight = v.inflight;
-        p.test_copy_delay_max_s = v.delay_s;
-        p.test_copy_delay_seed = 7;
-        const Outcome got = run(*model_, p);
-        ASSERT_EQ(got.logits, base.logits);
-        ASSERT_EQ(got.record.selected, base.record.selected);
-      }
-  }
-  }
-
-  TEST_F(CudaTiny, RepeatedRunsAreBitIdentical) {
-    const Outcome a = run(*model_, params("exact:evict=lru", 0, "resident"));
-    const Outcome b = run(*model_, params("exact:evict=lru", 0, "resident"));
-    ASSERT_EQ(a.logits, b.logits);
-  }
-
-  TEST_F(CudaTiny, CudaLinkNeedsTheCudaBackend) {
-    EngineParams p = params("exact:evict=lru", model_->config().experts / 2, "cuda");
-    p.backend = "cpu";
-    try {
-      Engine e(*model_, p);
-      FAIL() << "expected an error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("expected --backend cuda with --link cuda"),
-                std::string::npos)
-          << e.what();
+    for (const Variant v :
+         {Variant{"emulated:10,2", 1, 0.0}, Variant{"emulated:10,2", 4, 0.0},
+          Variant{"emulated:10,2", 2, 0.002}, Variant{"emulated:10,2", 8, 0.001},
+          Variant{"cuda", 1, 0.0}, Variant{"cuda", 4, 0.0}, Variant{"cuda", 2, 0.002}}) {
+      SCOPED_TRACE(std::string(v.link) + " max_inflight " + std::to_string(v.inflight) + " delay " +
+                   std::to_string(v.delay_s));
+      EngineParams p = params(policy, E / 2, v.link);
+      p.max_inflight = v.inflight;
+      p.test_copy_delay_max_s = v.delay_s;
+      p.test_copy_delay_seed = 7;
+      const Outcome got = run(*model_, p);
+      ASSERT_EQ(got.logits, base.logits);
+      ASSERT_EQ(got.record.selected, base.record.selected);
     }
   }
+}
 
-  TEST_F(CudaTiny, AnUnknownBackendIsAClearError) {
-    EngineParams p = params("exact:evict=lru", 0, "resident");
-    p.backend = "tpu";
-    try {
-      Engine e(*model_, p);
-      FAIL() << "expected an error";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("expected cpu or cuda"), std::string::npos) << e.what();
-    }
+TEST_F(CudaTiny, RepeatedRunsAreBitIdentical) {
+  const Outcome a = run(*model_, params("exact:evict=lru", 0, "resident"));
+  const Outcome b = run(*model_, params("exact:evict=lru", 0, "resident"));
+  ASSERT_EQ(a.logits, b.logits);
+}
+
+TEST_F(CudaTiny, CudaLinkNeedsTheCudaBackend) {
+  EngineParams p = params("exact:evict=lru", model_->config().experts / 2, "cuda");
+  p.backend = "cpu";
+  try {
+    Engine e(*model_, p);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected --backend cuda with --link cuda"),
+              std::string::npos)
+        << e.what();
   }
+}
+
+TEST_F(CudaTiny, AnUnknownBackendIsAClearError) {
+  EngineParams p = params("exact:evict=lru", 0, "resident");
+  p.backend = "tpu";
+  try {
+    Engine e(*model_, p);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("expected cpu or cuda"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace steermoe::cudatest
