@@ -28,6 +28,7 @@
 
 #include "bench_common/read_sum.hpp"
 #include "kernels/kernels.hpp"
+#include "kernels/linear_attention.hpp"
 
 namespace {
 
@@ -298,6 +299,43 @@ BENCHMARK(BM_Attention)
     ->Args({16, 16, 192, 128, 4096, 1})  // MLA (Moonlight)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// ---- Gated DeltaNet, one token of one layer (scalar kernels) -----------------------------------
+
+// Args: k_heads, v_heads, dk, dv, conv kernel. Conv over 2 * key + value channels, L2 norms of q
+// and k, the delta rule of every value head on its [dk][dv] state, the gated RMSNorm. Bytes = the
+// recurrent state read and written once (it is 2 MiB per layer at the Qwen3.6 shape).
+void BM_GatedDeltaNetToken(benchmark::State& state) {
+  const auto nk = static_cast<size_t>(state.range(0));
+  const auto nv = static_cast<size_t>(state.range(1));
+  const auto dk = static_cast<size_t>(state.range(2));
+  const auto dv = static_cast<size_t>(state.range(3));
+  const auto K = static_cast<size_t>(state.range(4));
+  const size_t channels = 2 * nk * dk + nv * dv;
+  const auto& w = buffer<float>(channels * K, 11);
+  const auto& x0 = buffer<float>(channels, 12);
+  const auto& z = buffer<float>(nv * dv, 13);
+  const auto& norm = buffer<float>(dv, 14);
+  std::vector<float> conv_state(channels * (K - 1), 0.0f), x(channels), out(nv * dv);
+  std::vector<float> s(nv * dk * dv, 0.0f);
+  for (auto _ : state) {
+    std::copy(x0.begin(), x0.end(), x.begin());
+    conv1d_silu_step(conv_state.data(), x.data(), w.data(), channels, K, x.data());
+    for (size_t h = 0; h < 2 * nk; ++h) l2norm(&x[h * dk], dk, 1e-6f);
+    for (size_t h = 0; h < nv; ++h) {
+      const size_t kh = h / (nv / nk);
+      delta_rule_step(&s[h * dk * dv], &x[kh * dk], &x[nk * dk + kh * dk],
+                      &x[2 * nk * dk + h * dv], -0.1f, 0.5f, dk, dv, &out[h * dv]);
+      rmsnorm_gated(&out[h * dv], norm.data(), &z[h * dv], &out[h * dv], dv, 1e-6f);
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.size() * 4 * 2));
+}
+BENCHMARK(BM_GatedDeltaNetToken)
+    ->ArgNames({"k_heads", "v_heads", "dk", "dv", "conv"})
+    ->Args({16, 32, 128, 128, 4})  // Qwen3.6-35B-A3B / Qwen3-Next-80B
+    ->Unit(benchmark::kMicrosecond);
 
 // ---- Thread pool synchronisation cost -----------------------------------------------------------
 

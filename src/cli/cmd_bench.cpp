@@ -15,6 +15,9 @@
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "eval/bench.hpp"
+#include "eval/scores_from.hpp"
+#include "trace/calibration_file.hpp"
+#include "trace/trace.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
@@ -62,6 +65,7 @@ void add_bench_command(CLI::App& root) {
     bool no_floor = false;
     bool token_ms = false;
     std::string json;
+    std::string scores_from;
     EngineOptions engine;
   };
   auto o = std::make_shared<Options>();
@@ -92,18 +96,34 @@ void add_bench_command(CLI::App& root) {
   cmd->add_flag("--no-floor", o->no_floor, "Leave out the all-experts-resident floor row");
   cmd->add_flag("--token-ms", o->token_ms, "Keep every token's latency in the JSON (for CDFs)");
   cmd->add_option("--json", o->json, "Write the raw per-round figures (steermoe.bench/1) here");
+  cmd->add_option("--scores-from", o->scores_from,
+                  "Route by a trace's router and pre-gate scores (layers mapped cyclically; "
+                  "tokens and windows from the trace; --calib = the trace model's calibration)");
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
   cmd->final_callback([o] {
     if (o->generate > 0 && o->prompts.empty())
       fail("bench", "--prompts", "expected a prompts file with --generate");
-    if (o->generate == 0 && o->file.empty())
-      fail("bench", "-f", "expected a text file (or --generate N --prompts FILE)");
+    if (o->generate == 0 && o->file.empty() && o->scores_from.empty())
+      fail("bench", "-f", "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
     auto model = model::Model::load(o->model);
     const model::ModelConfig& cfg = model->config();
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     std::vector<std::vector<int32_t>> sequences;
     int context = o->window_len;
-    if (o->generate > 0) {
+    std::optional<trace::Trace> score_trace;
+    std::unique_ptr<eval::TraceScores> supplied;
+    if (!o->scores_from.empty()) {
+      if (o->generate > 0) fail("bench", "--scores-from", "expected teacher forcing, not --generate");
+      score_trace.emplace(trace::Trace::open(o->scores_from));
+      if (score_trace->experts() != cfg.experts || score_trace->meta().top_k != cfg.top_k)
+        fail(o->scores_from, "experts/top_k",
+             "expected the model's {} experts, top-{}, found {}, top-{}", cfg.experts, cfg.top_k,
+             score_trace->experts(), score_trace->meta().top_k);
+      supplied = std::make_unique<eval::TraceScores>(*score_trace, cfg.moe_layer_count());
+      sequences = supplied->windows(o->windows, o->window_len);
+      for (auto& seq : sequences)
+        for (int32_t& t : seq) t %= cfg.vocab;  // the trace model's ids, embedded by this model
+    } else if (o->generate > 0) {
       std::istringstream lines(read_text(o->prompts));
       for (std::string line; std::getline(lines, line);) {
         if (line.empty()) continue;
@@ -120,8 +140,16 @@ void add_bench_command(CLI::App& root) {
       sequences = text_windows(ids, o->windows, o->window_len, o->file);
     }
     const int cache = resolve_cache(o->engine, cfg);
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration = load_calibration(calib_path, cfg);
+    const std::string calib_path =
+        supplied ? o->engine.calib : calibration_path(o->engine, o->model);
+    std::optional<policy::Calibration> calibration;
+    if (supplied && !calib_path.empty()) {
+      // The trace model's calibration, its layers mapped like the trace's.
+      calibration = eval::map_calibration_layers(trace::read_calibration(calib_path),
+                                                 cfg.moe_layer_count());
+    } else {
+      calibration = load_calibration(calib_path, cfg);
+    }
     std::vector<eval::BenchConfig> configs;
     for (const std::string& p : o->policies) {
       require_calibration(p, cache, cfg, calibration.has_value(), o->model);
@@ -142,9 +170,11 @@ void add_bench_command(CLI::App& root) {
     const auto make = [&](const eval::BenchConfig& c) {
       EngineOptions e = o->engine;
       e.link = c.link;
-      return std::make_unique<engine::Engine>(
-          *model, engine_params(e, c.policy, c.cache, calibration ? &*calibration : nullptr,
-                                o->threads, context));
+      engine::EngineParams p = engine_params(e, c.policy, c.cache,
+                                             calibration ? &*calibration : nullptr, o->threads,
+                                             context);
+      p.score_source = supplied.get();
+      return std::make_unique<engine::Engine>(*model, p);
     };
     const auto progress = [](int64_t done, int64_t total) {
       std::fprintf(stderr, "bench: %lld/%lld (round x configuration) done\n",
@@ -152,7 +182,13 @@ void add_bench_command(CLI::App& root) {
     };
     const std::vector<eval::BenchResult> results =
         eval::run_bench(configs, make, sequences,
-                        {.rounds = o->rounds, .token_ms = o->token_ms, .generate = o->generate},
+                        {.rounds = o->rounds,
+                         .token_ms = o->token_ms,
+                         .generate = o->generate,
+                         .before_sequence =
+                             [&](size_t i) {
+                               if (supplied) supplied->begin_window(i);
+                             }},
                         progress);
     std::printf("%s", eval::bench_table(results).c_str());
     if (!o->json.empty()) {
@@ -164,7 +200,8 @@ void add_bench_command(CLI::App& root) {
                                   {"generate", o->generate},
                                   {"threads", o->threads},
                                   {"max_inflight", o->engine.max_inflight},
-                                  {"calibration", calib_path}};
+                                  {"calibration", calib_path},
+                                  {"scores_from", o->scores_from}};
       std::ofstream out(o->json, std::ios::binary | std::ios::trunc);
       out << eval::bench_json(results, header).dump(1) << "\n";
       out.close();

@@ -70,12 +70,13 @@ void add_make_model_command(CLI::App& root) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
       "make-model", "Write a random-weight model of a real or small shape (GGUF or HF folder)");
-  cmd->add_option("--arch", o->arch, "Family: olmoe, qwen3moe or deepseek")
+  cmd->add_option("--arch", o->arch, "Family: olmoe, qwen3moe, deepseek, qwen35moe or qwen3next")
       ->required()
-      ->check(CLI::IsMember({"olmoe", "qwen3moe", "deepseek"}));
+      ->check(CLI::IsMember({"olmoe", "qwen3moe", "deepseek", "qwen35moe", "qwen3next"}));
   auto* shape = cmd->add_option(
       "--shape", o->shape,
-      "OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, olmoe-small, qwen3moe-small, deepseek-small");
+      "OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, Qwen3.6-35B-A3B, Qwen3-Next-80B-A3B, "
+      "olmoe-small, qwen3moe-small, deepseek-small, qwen35moe-small, qwen3next-small");
   auto* config =
       cmd->add_option("--config", o->config, "A HuggingFace config.json giving the shape");
   shape->excludes(config);
@@ -99,6 +100,7 @@ void add_make_model_command(CLI::App& root) {
     if (o->layers > 0 && o->layers < c.layers) {
       c.layers = o->layers;
       c.moe_layer.resize(static_cast<size_t>(c.layers));
+      if (!c.linear_layer.empty()) c.linear_layer.resize(static_cast<size_t>(c.layers));
       c.validate();
     }
     const model::DType dtype = o->dtype == "bf16"  ? model::DType::kBF16

@@ -109,6 +109,12 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   const auto B = static_cast<size_t>(params.max_batch);
   pre_cur_.assign(B * static_cast<size_t>(cfg_.experts), 0.0f);
   calls_.resize(B * static_cast<size_t>(cfg_.top_k));
+  if (params.score_source != nullptr) {
+    if (cfg_.router != model::RouterScore::kSoftmax)
+      fail("engine", "score source", "expected a softmax-router model (OLMoE, Qwen3-MoE)");
+    supplied_z_.resize(B * static_cast<size_t>(cfg_.experts));
+    supplied_pre_.resize(B * static_cast<size_t>(cfg_.experts));
+  }
   want_pregate_ = step_->prefetches();
   step_->begin_request();
 }
@@ -191,6 +197,7 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
   if (token_major) step_->begin_token(tokens[0]);
   backend_->embed(tokens);
   std::fill(pre_cur_.begin(), pre_cur_.end(), 0.0f);
+  pre_cur_valid_ = false;
   const size_t rows = static_cast<size_t>(n) * static_cast<size_t>(cfg_.experts);
 
   for (int l = 0; l < cfg_.layers; ++l) {
@@ -203,7 +210,8 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
     if (token_major) step_->begin_layer(m);
     backend_->attention(l, n, pos_);
     const int next = want_pregate_ ? next_moe_layer_[static_cast<size_t>(l)] : -1;
-    const RouterScores scores = backend_->router(l, next, n);
+    RouterScores scores = backend_->router(l, next, n);
+    if (params_.score_source != nullptr) scores = supplied_scores(m, next >= 0, n);
     route_tokens(l, m, tokens, scores);
     if (token_major) step_->wait(m);
     // Only after the wait: the store hands out an expert once its slot's copy has completed.
@@ -212,8 +220,12 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
       call.weights = &offload_->store().expert(m, l, call.expert, call.slot);
     backend_->moe(l, n, calls);
     if (token_major) step_->end_layer(m);
-    if (!scores.pregate_next.empty()) {
+    // The next MoE layer's pre-gate (zero, and not used for part 1, when there is none).
+    pre_cur_valid_ = !scores.pregate_next.empty();
+    if (pre_cur_valid_) {
       std::copy_n(scores.pregate_next.begin(), rows, pre_cur_.begin());
+    } else {
+      std::fill_n(pre_cur_.begin(), rows, 0.0f);
     }
   }
   backend_->head(n, all_logits);
@@ -222,13 +234,31 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
   pos_ += n;
 }
 
+// The score source's rows for MoE layer m (softmax: the weight scores are z).
+RouterScores Engine::supplied_scores(int m, bool want_pregate, int n) {
+  const auto E = static_cast<size_t>(cfg_.experts);
+  const size_t rows = static_cast<size_t>(n) * E;
+  bool have_pregate = want_pregate;
+  for (int t = 0; t < n; ++t) {
+    const size_t off = static_cast<size_t>(t) * E;
+    const bool pre = params_.score_source->scores(pos_ + t, m, {&supplied_z_[off], E},
+                                                  {&supplied_pre_[off], E});
+    have_pregate = have_pregate && pre;
+  }
+  const std::span<const float> z(supplied_z_.data(), rows);
+  return {.z = z,
+          .weight_scores = z,
+          .pregate_next = have_pregate ? std::span<const float>(supplied_pre_.data(), rows)
+                                       : std::span<const float>{}};
+}
+
 // The policy step of MoE layer `m` for each token, and the expert calls it gives.
 void Engine::route_tokens(int /*layer*/, int m, std::span<const int32_t> tokens,
                           const RouterScores& scores) {
   const auto E = static_cast<size_t>(cfg_.experts);
   const auto K = static_cast<size_t>(cfg_.top_k);
   const bool token_major = tokens.size() == 1;
-  const bool prefetch = step_->prefetches() && m >= 1;
+  const bool prefetch = step_->prefetches() && m >= 1 && pre_cur_valid_;
   for (size_t t = 0; t < tokens.size(); ++t) {
     const size_t off = t * E;
     const std::span<const float> z = scores.z.subspan(off, E);

@@ -17,6 +17,7 @@
 #include "engine/backend.hpp"
 #include "engine/expert_store.hpp"
 #include "engine/offload.hpp"
+#include "engine/score_source.hpp"
 #include "model/weights.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
@@ -39,6 +40,8 @@ struct EngineParams {
   std::string link = "resident";
   int max_inflight = 2;  // prefetch copies in flight at a layer boundary (>= 1)
   bool verify = false;   // disk link: check every copied expert's checksum
+  // Benchmark hook: routing scores from outside (bench --scores-from); null = the model's own.
+  ScoreSource* score_source = nullptr;
   double test_copy_delay_max_s = 0;  // test hook: random extra delay per emulated copy
   uint64_t test_copy_delay_seed = 1;
   // Compute backend: "cpu" or "cuda" (engine/cuda_backend_factory.hpp; an error when this
@@ -116,6 +119,7 @@ class Engine {
   void forward(std::span<const int32_t> tokens, std::span<float> all_logits);
   void route_tokens(int layer, int moe_layer, std::span<const int32_t> tokens,
                     const RouterScores& scores);
+  RouterScores supplied_scores(int moe_layer, bool want_pregate, int n);
   void record_rows(int moe_layer, int t, const policy::Decision& d, const RouterScores& scores);
   void check_token(int32_t token) const;
 
@@ -134,7 +138,9 @@ class Engine {
   std::vector<int> moe_index_;       // [layers] -> MoE index or -1
   std::vector<int> next_moe_layer_;  // [layers] -> the next MoE layer after l, or -1
   std::vector<float> pre_cur_;       // [B][E] pre-gate scores of the current MoE layer
+  bool pre_cur_valid_ = false;       // pre_cur_ holds a pre-gate (else zeros)
   std::vector<ExpertCall> calls_;    // [B][K] experts of the current MoE layer
+  std::vector<float> supplied_z_, supplied_pre_;  // [B][E] rows from params_.score_source
   RoutingRecord* record_ = nullptr;
   size_t record_base_ = 0;  // first record row of the current forward()
   bool want_pregate_ = false;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 namespace steermoe::engine {
@@ -11,14 +12,20 @@ namespace steermoe::engine {
 class KvCache {
  public:
   KvCache() = default;
-  KvCache(int layers, int positions, size_t k_width, size_t v_width)
+  // `skip[l]` != 0: layer l keeps no cache (Gated DeltaNet layers keep a recurrent state
+  // instead); empty `skip`: every layer has one.
+  KvCache(int layers, int positions, size_t k_width, size_t v_width,
+          const std::vector<uint8_t>& skip = {})
       : positions_(positions),
         k_width_(k_width),
         v_width_(v_width),
         k_(static_cast<size_t>(layers)),
         v_(static_cast<size_t>(layers)) {
-    for (auto& k : k_) k.assign(static_cast<size_t>(positions) * k_width, 0.0f);
-    for (auto& v : v_) v.assign(static_cast<size_t>(positions) * v_width, 0.0f);
+    for (size_t l = 0; l < k_.size(); ++l) {
+      if (!skip.empty() && skip[l] != 0) continue;
+      k_[l].assign(static_cast<size_t>(positions) * k_width, 0.0f);
+      v_[l].assign(static_cast<size_t>(positions) * v_width, 0.0f);
+    }
   }
   int positions() const { return positions_; }
   size_t k_width() const { return k_width_; }

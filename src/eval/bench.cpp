@@ -52,7 +52,9 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
   schedule::TransferScheduler* sched = e.offload().scheduler();
   schedule::RunTotals sum;
   int64_t logical_tokens = 0, logical_demand = 0, logical_prefetch = 0;
-  for (const std::vector<int32_t>& seq : sequences) {
+  for (size_t index = 0; index < sequences.size(); ++index) {
+    const std::vector<int32_t>& seq = sequences[index];
+    if (options.before_sequence) options.before_sequence(index);
     e.reset();  // warm-up copies: prompt time, not in the figures
     std::span<const float> logits;
     // With --generate the prompt is processed first, outside the figures.

@@ -30,6 +30,8 @@ struct BenchOptions {
   int rounds = 3;
   bool token_ms = false;  // keep every token's latency in the JSON
   int generate = 0;       // > 0: greedy generation of this many tokens per prompt
+  // Called before sequence i is decoded (e.g. to point a score source at its window).
+  std::function<void(size_t)> before_sequence;
 };
 
 struct BenchRound {

@@ -176,16 +176,28 @@ Isa active_isa() {
 
 namespace detail {
 
-void rope_angles(size_t pos, size_t rot_dim, float theta, float* cos_out, float* sin_out) {
-  // transformers: inv_freq = 1 / theta ** (arange(0, d, 2).float() / d) in fp32, then
-  // freqs = pos * inv_freq in fp32; cos/sin of the fp32 angle.
+void rope_angles(size_t pos, size_t rot_dim, const RopeParams& p, float* cos_out,
+                 float* sin_out) {
+  // transformers: inv_freq = 1 / theta ** (arange(0, d, 2).float() / d) in fp32 (or the scaled
+  // frequencies of a rope type, given in p.inv_freq), then freqs = pos * inv_freq in fp32;
+  // cos/sin of the fp32 angle, times the attention factor (YaRN) in fp32.
   const float position = static_cast<float>(pos);
   for (size_t i = 0; i < rot_dim / 2; ++i) {
-    const float exponent = static_cast<float>(2 * i) / static_cast<float>(rot_dim);
-    const auto power = static_cast<float>(std::pow(static_cast<double>(theta), exponent));
-    const float angle = position * (1.0f / power);
+    float inv = 0.0f;
+    if (p.inv_freq != nullptr) {
+      inv = p.inv_freq[i];
+    } else {
+      const float exponent = static_cast<float>(2 * i) / static_cast<float>(rot_dim);
+      const auto power = static_cast<float>(std::pow(static_cast<double>(p.theta), exponent));
+      inv = 1.0f / power;
+    }
+    const float angle = position * inv;
     cos_out[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
     sin_out[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    if (p.attention_factor != 1.0f) {
+      cos_out[i] *= p.attention_factor;
+      sin_out[i] *= p.attention_factor;
+    }
   }
 }
 

@@ -115,6 +115,10 @@ struct RopeParams {
   size_t rot_offset = 0;  // first rotated element of each head (MLA: q_nope size, 128)
   size_t rot_dim = 0;     // rotated elements (even); 0 means head_dim (full rotary)
   float theta = 10000.0f;
+  // Scaled RoPE (YaRN): rot_dim / 2 inverse frequencies used instead of theta^(-2i/rot_dim), and
+  // the factor cos/sin are multiplied by (transformers' attention_scaling).
+  const float* inv_freq = nullptr;
+  float attention_factor = 1.0f;
 };
 
 // Rotates x[h * head_dim + rot_offset + ...] for h in [0, n_heads) in place for position `pos`.

@@ -21,8 +21,9 @@ const KernelTable& avx512_bf16_table();
 void* thread_scratch(size_t bytes, int slot);
 
 // RoPE angles for one position: cos_out/sin_out[i] for i in [0, rot_dim/2), computed the same
-// way by every implementation (so RoPE is bit-identical across Isas).
-void rope_angles(size_t pos, size_t rot_dim, float theta, float* cos_out, float* sin_out);
+// way by every implementation (so RoPE is bit-identical across Isas): from p.inv_freq when given
+// (else theta), times p.attention_factor.
+void rope_angles(size_t pos, size_t rot_dim, const RopeParams& p, float* cos_out, float* sin_out);
 
 // Largest rot_dim RoPE accepts (the angle tables live on the stack).
 inline constexpr size_t kMaxRotDim = 1024;

@@ -67,7 +67,7 @@ void rope(float* x, size_t n_heads, size_t pos, const RopeParams& p) {
   const size_t half = rot / 2;
   float cos_t[kMaxRotDim / 2];
   float sin_t[kMaxRotDim / 2];
-  rope_angles(pos, rot, p.theta, cos_t, sin_t);
+  rope_angles(pos, rot, p, cos_t, sin_t);
   for (size_t h = 0; h < n_heads; ++h) {
     float* v = x + h * p.head_dim + p.rot_offset;
     for (size_t i = 0; i < half; ++i) {

@@ -1,5 +1,6 @@
 // Attention weights of the grouped-query families: OLMoE (q/k RMSNorm over the whole
-// projection) and Qwen3-MoE (per-head q/k RMSNorm). Names of both file formats.
+// projection), Qwen3-MoE (per-head q/k RMSNorm) and the gated full attention of Qwen3-Next /
+// Qwen3.5 (q_proj with a per-head output gate). Names of both file formats.
 #include "model/weights_binder.hpp"
 
 namespace steermoe::model {
@@ -8,7 +9,9 @@ void bind_gqa_attention(WeightBinder& b, const ModelConfig& c, int l, LayerWeigh
   const auto H = static_cast<uint64_t>(c.hidden);
   const auto q_rows = static_cast<uint64_t>(c.heads) * static_cast<uint64_t>(c.head_dim);
   const auto kv_rows = static_cast<uint64_t>(c.kv_heads) * static_cast<uint64_t>(c.head_dim);
-  w.wq = b.matrix(b.layer_name(l, "attn_q", "self_attn.q_proj"), q_rows, H);
+  // Gated attention (Qwen3-Next / 3.5): q_proj yields [query | gate] per head.
+  w.wq = b.matrix(b.layer_name(l, "attn_q", "self_attn.q_proj"),
+                  c.attn_output_gate ? 2 * q_rows : q_rows, H);
   w.wk = b.matrix(b.layer_name(l, "attn_k", "self_attn.k_proj"), kv_rows, H);
   w.wv = b.matrix(b.layer_name(l, "attn_v", "self_attn.v_proj"), kv_rows, H);
   w.wo = b.matrix(b.layer_name(l, "attn_output", "self_attn.o_proj"), H, q_rows);

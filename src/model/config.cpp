@@ -17,8 +17,92 @@ std::string_view family_name(Family family) {
       return "qwen3moe";
     case Family::kDeepseekV3:
       return "deepseek";
+    case Family::kQwen3Next:
+      return "qwen3next";
+    case Family::kQwen35Moe:
+      return "qwen35moe";
   }
   return "?";
+}
+
+bool is_hybrid(Family family) {
+  return family == Family::kQwen3Next || family == Family::kQwen35Moe;
+}
+
+int ModelConfig::linear_layer_count() const {
+  int n = 0;
+  for (uint8_t m : linear_layer) n += m != 0;
+  return n;
+}
+
+int ModelConfig::rotary_dim() const {
+  if (family == Family::kDeepseekV3) return mla.qk_rope_head_dim;
+  return rope_dim > 0 ? rope_dim : head_dim;
+}
+
+namespace {
+
+// transformers' get_mscale / yarn_get_mscale.
+double yarn_mscale(double scale, double mscale) {
+  if (scale <= 1.0) return 1.0;
+  return 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+}  // namespace
+
+std::vector<float> ModelConfig::rope_inv_freq() const {
+  const int dim = rotary_dim();
+  const size_t half = static_cast<size_t>(std::max(dim, 0) / 2);
+  // pos_freqs = base ** (arange(0, dim, 2).float() / dim) in fp32 (the same expression as the
+  // kernel's default angles).
+  std::vector<float> pos_freqs(half);
+  for (size_t i = 0; i < half; ++i) {
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(dim);
+    pos_freqs[i] = static_cast<float>(std::pow(static_cast<double>(rope_theta), exponent));
+  }
+  std::vector<float> inv(half);
+  if (rope_scaling.kind == RopeScalingKind::kNone) {
+    for (size_t i = 0; i < half; ++i) inv[i] = 1.0f / pos_freqs[i];
+    return inv;
+  }
+  // YaRN (modeling_rope_utils._compute_yarn_parameters): the correction range in double, the
+  // ramp and the blend in fp32.
+  const RopeScaling& y = rope_scaling;
+  const double base = rope_theta;
+  const double orig = y.original_max_positions;
+  auto correction_dim = [&](double rotations) {
+    return (dim * std::log(orig / (rotations * 2.0 * M_PI))) / (2.0 * std::log(base));
+  };
+  double low = correction_dim(y.beta_fast);
+  double high = correction_dim(y.beta_slow);
+  if (y.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, static_cast<double>(dim - 1));
+  if (low == high) high += 0.001;
+  const auto lo_f = static_cast<float>(low);
+  const auto span_f = static_cast<float>(high - low);
+  for (size_t i = 0; i < half; ++i) {
+    const float extrapolation = 1.0f / pos_freqs[i];
+    const float interpolation = 1.0f / (y.factor * pos_freqs[i]);
+    float ramp = (static_cast<float>(i) - lo_f) / span_f;
+    ramp = std::min(std::max(ramp, 0.0f), 1.0f);
+    const float extrapolation_factor = 1.0f - ramp;
+    inv[i] = interpolation * (1.0f - extrapolation_factor) + extrapolation * extrapolation_factor;
+  }
+  return inv;
+}
+
+float ModelConfig::rope_attention_factor() const {
+  if (rope_scaling.kind == RopeScalingKind::kNone) return 1.0f;
+  const RopeScaling& y = rope_scaling;
+  if (y.attention_factor > 0.0f) return y.attention_factor;
+  if (y.mscale != 0.0f && y.mscale_all_dim != 0.0f) {
+    return static_cast<float>(yarn_mscale(y.factor, y.mscale) / yarn_mscale(y.factor, y.mscale_all_dim));
+  }
+  return static_cast<float>(yarn_mscale(y.factor, 1.0));
 }
 
 int ModelConfig::moe_layer_count() const {
@@ -45,6 +129,12 @@ int ModelConfig::v_dim() const {
 }
 
 float ModelConfig::attention_scale() const {
+  if (family == Family::kDeepseekV3 && rope_scaling.kind != RopeScalingKind::kNone &&
+      rope_scaling.mscale_all_dim != 0.0f) {
+    // DeepseekV3Attention: scaling = qk_head_dim**-0.5 * mscale**2 (in double).
+    const double m = yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
+    return static_cast<float>(std::pow(static_cast<double>(q_head_dim()), -0.5) * m * m);
+  }
   return 1.0f / std::sqrt(static_cast<float>(q_head_dim()));
 }
 
@@ -113,6 +203,58 @@ void ModelConfig::validate() const {
     fail(w, "routed_scaling_factor", "expected a positive finite value, found {}",
          routed_scaling_factor);
   }
+  if (!(clip_qkv >= 0.0f && std::isfinite(clip_qkv))) {
+    fail(w, "clip_qkv", "expected null or a positive finite value, found {}", clip_qkv);
+  }
+  check_range(w, "rotary dims (partial_rotary_factor)", rotary_dim(), 2,
+              family == Family::kDeepseekV3 ? mla.qk_rope_head_dim : head_dim);
+  if (rotary_dim() % 2 != 0) {
+    fail(w, "partial_rotary_factor", "expected an even number of rotated dims, found {}",
+         rotary_dim());
+  }
+  if (rope_scaling.kind == RopeScalingKind::kYarn) {
+    const RopeScaling& y = rope_scaling;
+    if (!(y.factor >= 1.0f && std::isfinite(y.factor) && y.factor <= 1e6f)) {
+      fail(w, "rope_parameters.factor", "expected a finite value in [1, 1e6], found {}", y.factor);
+    }
+    check_range(w, "rope_parameters.original_max_position_embeddings", y.original_max_positions, 1,
+                int64_t{1} << 24);
+    for (const auto& [name, v] : {std::pair{"rope_parameters.beta_fast", y.beta_fast},
+                                  std::pair{"rope_parameters.beta_slow", y.beta_slow}}) {
+      if (!(v > 0.0f && std::isfinite(v))) fail(w, name, "expected a positive finite value, found {}", v);
+    }
+    for (const auto& [name, v] : {std::pair{"rope_parameters.mscale", y.mscale},
+                                  std::pair{"rope_parameters.mscale_all_dim", y.mscale_all_dim},
+                                  std::pair{"rope_parameters.attention_factor", y.attention_factor}}) {
+      if (!(v >= 0.0f && std::isfinite(v) && v <= 1e3f)) {
+        fail(w, name, "expected a finite value in [0, 1000], found {}", v);
+      }
+    }
+  }
+  if (is_hybrid(family)) {
+    if (linear_layer.size() != static_cast<size_t>(layers)) {
+      fail(w, "layer_types", "expected one entry per layer ({}), found {}", layers,
+           linear_layer.size());
+    }
+    if (linear_layer_count() > 0) {
+      const LinearAttnConfig& a = linear;
+      check_range(w, "linear_conv_kernel_dim", a.conv_kernel, 1, L::kMaxConvKernel);
+      check_range(w, "linear_num_key_heads", a.k_heads, 1, L::kMaxHeads);
+      check_range(w, "linear_num_value_heads", a.v_heads, 1, L::kMaxHeads);
+      check_range(w, "linear_key_head_dim", a.k_head_dim, 1, L::kMaxHeadDim);
+      check_range(w, "linear_value_head_dim", a.v_head_dim, 1, L::kMaxHeadDim);
+      if (a.v_heads % a.k_heads != 0) {
+        fail(w, "linear_num_value_heads", "expected a multiple of linear_num_key_heads ({}), found {}",
+             a.k_heads, a.v_heads);
+      }
+      if (static_cast<int64_t>(a.conv_dim()) > L::kMaxFfn) {
+        fail(w, "linear attention", "2 * key dims + value dims must be <= {}, found {}",
+             L::kMaxFfn, a.conv_dim());
+      }
+    }
+  } else if (!linear_layer.empty()) {
+    fail(w, "layer_types", "linear attention layers need a qwen3_next or qwen3_5_moe model");
+  }
   if (bos_token >= vocab)
     fail(w, "bos_token_id", "expected < vocab_size {}, found {}", vocab, bos_token);
   if (eos_token >= vocab)
@@ -126,6 +268,14 @@ std::string ModelConfig::summary() const {
       family_name(family), layers, moe_layer_count(), hidden, vocab, heads, kv_heads, experts,
       top_k, expert_ffn, router == RouterScore::kSoftmax ? "softmax" : "sigmoid",
       norm_topk_prob ? " renormalised" : "");
+  if (is_hybrid(family)) {
+    s += fmt::format(", {} Gated DeltaNet layers (conv {}, heads {}/{} x {}/{}), rotary {}/{}",
+                     linear_layer_count(), linear.conv_kernel, linear.k_heads, linear.v_heads,
+                     linear.k_head_dim, linear.v_head_dim, rotary_dim(), head_dim);
+  }
+  if (rope_scaling.kind == RopeScalingKind::kYarn) {
+    s += fmt::format(", yarn x{} (from {})", rope_scaling.factor, rope_scaling.original_max_positions);
+  }
   if (family == Family::kDeepseekV3) {
     s += fmt::format(", MLA q_lora {} kv_lora {} nope {} rope {} v {}, shared ffn {}, groups {}/{}",
                      mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim,
@@ -161,9 +311,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.family = Family::kQwen3Moe;
   } else if (arch == "deepseek2") {
     c.family = Family::kDeepseekV3;
+  } else if (arch == "qwen3next") {
+    c.family = Family::kQwen3Next;
+  } else if (arch == "qwen35moe") {
+    c.family = Family::kQwen35Moe;
   } else {
-    fail(f.name(), "general.architecture", "expected olmoe, qwen3moe or deepseek2, found '{}'",
-         arch);
+    fail(f.name(), "general.architecture",
+         "expected olmoe, qwen3moe, deepseek2, qwen3next or qwen35moe, found '{}'", arch);
   }
   c.hidden = gguf_int(f, p + "embedding_length");
   c.layers = gguf_int(f, p + "block_count");
@@ -181,9 +335,26 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   } else if (f.has("tokenizer.ggml.tokens")) {
     c.vocab = static_cast<int>(f.get_array("tokenizer.ggml.tokens").items.size());
   }
+  c.tied_embeddings = !f.has_tensor("output.weight");
   if (auto bos = f.find_uint("tokenizer.ggml.bos_token_id")) c.bos_token = static_cast<int>(*bos);
   if (auto eos = f.find_uint("tokenizer.ggml.eos_token_id")) c.eos_token = static_cast<int>(*eos);
   c.moe_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 1);
+  if (auto type = f.find_string(p + "rope.scaling.type"); type && *type != "none") {
+    if (*type != "yarn") {
+      fail(f.name(), p + "rope.scaling.type", "expected \"none\" or \"yarn\", found \"{}\"", *type);
+    }
+    RopeScaling& y = c.rope_scaling;
+    y.kind = RopeScalingKind::kYarn;
+    y.factor = static_cast<float>(f.get_float(p + "rope.scaling.factor"));
+    y.original_max_positions = gguf_int(f, p + "rope.scaling.original_context_length");
+    y.beta_fast = static_cast<float>(f.find_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0));
+    y.beta_slow = static_cast<float>(f.find_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0));
+    // llama.cpp (deepseek2): yarn_log_multiplier = 0.1 * mscale_all_dim; the rope's own mscale
+    // is taken equal (attention factor 1) unless attn_factor says otherwise.
+    const double log_mul = f.find_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0);
+    if (log_mul != 0.0) y.mscale = y.mscale_all_dim = static_cast<float>(log_mul / 0.1);
+    y.attention_factor = static_cast<float>(f.find_float(p + "rope.scaling.attn_factor").value_or(0.0));
+  }
 
   switch (c.family) {
     case Family::kOlmoe:
@@ -194,7 +365,45 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       c.qk_norm = QkNorm::kWholeProjection;
       c.rope = RopeKind::kNeox;
       c.norm_topk_prob = false;
+      c.clip_qkv = static_cast<float>(f.find_float(p + "attention.clamp_kqv").value_or(0.0));
       break;
+    case Family::kQwen3Next:
+    case Family::kQwen35Moe: {
+      c.head_dim = gguf_int(f, p + "attention.key_length");
+      if (gguf_int_or(f, p + "attention.value_length", c.head_dim) != c.head_dim) {
+        fail(f.name(), p + "attention.value_length", "expected key_length ({})", c.head_dim);
+      }
+      c.rope_dim = gguf_int_or(f, p + "rope.dimension_count", c.head_dim);
+      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
+      c.shared_ffn = gguf_int_or(f, p + "expert_shared_feed_forward_length", 0);
+      c.qk_norm = QkNorm::kPerHead;
+      c.rope = RopeKind::kNeox;
+      c.norm_topk_prob = f.find_bool(p + "expert_weights_norm").value_or(true);
+      c.attn_output_gate = true;
+      c.shared_expert_gate = c.shared_ffn > 0;
+      c.norm_plus_one = true;
+      LinearAttnConfig& a = c.linear;
+      a.conv_kernel = gguf_int(f, p + "ssm.conv_kernel");
+      a.k_head_dim = gguf_int(f, p + "ssm.state_size");
+      a.k_heads = gguf_int(f, p + "ssm.group_count");
+      a.v_heads = gguf_int(f, p + "ssm.time_step_rank");
+      const int inner = gguf_int(f, p + "ssm.inner_size");
+      if (a.v_heads <= 0 || inner % a.v_heads != 0) {
+        fail(f.name(), p + "ssm.inner_size", "expected a multiple of ssm.time_step_rank ({}), found {}",
+             a.v_heads, inner);
+      }
+      a.v_head_dim = inner / a.v_heads;
+      a.v_heads_tiled = c.family == Family::kQwen35Moe;
+      const int interval = gguf_int_or(f, p + "full_attention_interval", 4);
+      if (interval < 1) {
+        fail(f.name(), p + "full_attention_interval", "expected a positive integer, found {}",
+             interval);
+      }
+      c.linear_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 0);
+      for (int l = 0; l < c.layers; ++l)
+        c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+      break;
+    }
     case Family::kQwen3Moe:
       // llama.cpp always renormalises Qwen3-MoE top-k weights; feed_forward_length is unused.
       c.head_dim = gguf_int_or(f, p + "attention.key_length", c.heads > 0 ? c.hidden / c.heads : 0);
@@ -202,6 +411,15 @@ ModelConfig config_from_gguf(const GgufFile& f) {
       c.qk_norm = QkNorm::kPerHead;
       c.rope = RopeKind::kNeox;
       c.norm_topk_prob = true;
+      // Dense layers (transformers' mlp_only_layers / decoder_sparse_step) have no router;
+      // their SwiGLU width is feed_forward_length.
+      for (int l = 0; l < c.layers; ++l) {
+        const std::string b = "blk." + std::to_string(l) + ".";
+        if (!f.has_tensor(b + "ffn_gate_inp.weight") && f.has_tensor(b + "ffn_gate.weight")) {
+          c.moe_layer[static_cast<size_t>(l)] = 0;
+        }
+      }
+      if (c.moe_layer_count() < c.layers) c.dense_ffn = gguf_int(f, p + "feed_forward_length");
       break;
     case Family::kDeepseekV3: {
       // MLA is stored as MQA (head_count_kv 1, key_length = kv_lora + rope); we decompress per

@@ -17,8 +17,13 @@ enum class Family : uint8_t {
   kOlmoe,       // OLMoE: GQA attention, q/k RMSNorm over the whole projection, softmax router
   kQwen3Moe,    // Qwen3-MoE: GQA attention, per-head q/k RMSNorm, softmax router (renormalised)
   kDeepseekV3,  // DeepSeek-V3 / Moonlight: MLA attention, sigmoid router with correction bias
+  kQwen3Next,   // Qwen3-Next: Gated DeltaNet + gated full attention, shared expert (sigmoid gate)
+  kQwen35Moe,   // Qwen3.5 / Qwen3.6 MoE text model: as Qwen3-Next, projections stored split
 };
-std::string_view family_name(Family family);  // "olmoe", "qwen3moe", "deepseek"
+// "olmoe", "qwen3moe", "deepseek", "qwen3next", "qwen35moe"
+std::string_view family_name(Family family);
+// Families with Gated DeltaNet (linear attention) layers and gated full attention.
+bool is_hybrid(Family family);
 
 enum class QkNorm : uint8_t { kNone, kWholeProjection, kPerHead };
 enum class RopeKind : uint8_t { kNeox, kInterleaved };
@@ -35,6 +40,37 @@ struct ConfigLimits {
   static constexpr int64_t kMaxFfn = 1 << 20;
   static constexpr int64_t kMaxVocab = 1 << 24;
   static constexpr int64_t kMaxLoraRank = 1 << 16;
+  static constexpr int64_t kMaxConvKernel = 64;
+};
+
+// Rotary position scaling. Only YaRN is implemented (transformers' _compute_yarn_parameters and,
+// for DeepSeek-style attention, yarn_get_mscale on the softmax scale).
+enum class RopeScalingKind : uint8_t { kNone, kYarn };
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::kNone;
+  float factor = 1.0f;
+  int original_max_positions = 0;  // pretraining context (original_max_position_embeddings)
+  float beta_fast = 32.0f;
+  float beta_slow = 1.0f;
+  float mscale = 0.0f;            // 0: absent
+  float mscale_all_dim = 0.0f;    // 0: absent
+  float attention_factor = 0.0f;  // 0: derived from factor / mscale / mscale_all_dim
+  bool truncate = true;
+};
+
+// Gated DeltaNet (linear attention) layers of Qwen3-Next / Qwen3.5-MoE.
+struct LinearAttnConfig {
+  int conv_kernel = 0;  // causal depthwise conv width (state keeps conv_kernel - 1 inputs)
+  int k_heads = 0;      // query/key heads
+  int v_heads = 0;      // value heads (a multiple of k_heads)
+  int k_head_dim = 0;
+  int v_head_dim = 0;
+  // Value head j reads key head j % k_heads ("tiled", llama.cpp's qwen35moe GGUF order) instead
+  // of j / (v_heads / k_heads) ("grouped", transformers' order).
+  bool v_heads_tiled = false;
+  int key_dim() const { return k_heads * k_head_dim; }
+  int value_dim() const { return v_heads * v_head_dim; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }
 };
 
 // Multi-head latent attention (DeepSeek-V2/V3 style). Unused for GQA families.
@@ -64,6 +100,18 @@ struct ModelConfig {
   RopeKind rope = RopeKind::kNeox;
   QkNorm qk_norm = QkNorm::kNone;
   MlaConfig mla;  // family kDeepseekV3 only
+  RopeScaling rope_scaling;
+  int rope_dim = 0;        // rotated dims per head (partial rotary); 0 = the whole head
+  float clip_qkv = 0.0f;   // OLMoE: clamp q, k, v to +-clip_qkv after projection; 0 = off
+  // Hybrid families: [layers] 1 = Gated DeltaNet layer, 0 = full attention (empty otherwise).
+  std::vector<uint8_t> linear_layer;
+  LinearAttnConfig linear;
+  bool attn_output_gate = false;    // q_proj also yields a per-head gate: out *= sigmoid(gate)
+  bool shared_expert_gate = false;  // shared expert output *= sigmoid(w . x)
+  // RMSNorm weights stored zero-centred, applied as (1 + w) (Gemma style). The loader folds the
+  // 1 in (weights in memory are always the effective multiplier); the flag says how the HF file
+  // stores them. GGUF stores them with the 1 added (llama.cpp).
+  bool norm_plus_one = false;
 
   // ---- feed-forward / mixture of experts ----
   int experts = 0;                 // routed experts per MoE layer
@@ -89,7 +137,18 @@ struct ModelConfig {
   std::vector<int> moe_index() const;
   int q_head_dim() const;  // width of one query/key head (MLA: nope + rope)
   int v_dim() const;       // width of one value head
+  // Softmax scale: q_head_dim^-0.5, times yarn_get_mscale(factor, mscale_all_dim)^2 for
+  // DeepSeek-style YaRN.
   float attention_scale() const;
+  bool is_linear(int layer) const {
+    return !linear_layer.empty() && linear_layer[static_cast<size_t>(layer)] != 0;
+  }
+  int linear_layer_count() const;
+  int rotary_dim() const;  // rotated dims of one query/key head
+  // RoPE inverse frequencies [rotary_dim() / 2] (float32 as transformers computes them, YaRN
+  // included) and the factor cos/sin are multiplied by (YaRN attention factor; 1 otherwise).
+  std::vector<float> rope_inv_freq() const;
+  float rope_attention_factor() const;
 
   // Checks ranges and consistency; throws steermoe::Error "<source>: <field>: <expected>".
   void validate() const;
@@ -97,7 +156,7 @@ struct ModelConfig {
   std::string summary() const;
 };
 
-// Reads the GGUF metadata of an olmoe / qwen3moe / deepseek2 file.
+// Reads the GGUF metadata of an olmoe / qwen3moe / deepseek2 / qwen3next / qwen35moe file.
 ModelConfig config_from_gguf(const GgufFile& file);
 
 }  // namespace steermoe::model

@@ -96,25 +96,103 @@ class Fields {
   const std::string& where_;
 };
 
-float rope_theta_of(const Fields& f, double fallback) {
-  // transformers v5: rope_parameters {"rope_theta": ..., "rope_type": "default"}.
-  if (f.has("rope_parameters")) {
-    const Json& rp = f.raw("rope_parameters");
-    if (!rp.is_object())
-      fail(f.where(), "rope_parameters", "expected an object, found {}", rp.dump());
-    Fields r(rp, f.where());
-    const std::string type = r.string_or("rope_type", "default");
-    if (type != "default") {
-      fail(f.where(), "rope_parameters.rope_type",
-           "expected \"default\" (no rope scaling), found \"{}\"", type);
+// A count that transformers' configuration classes accept under several names (attribute_map):
+// the first present key wins; the message names every accepted spelling.
+int64_t integer_any(const Fields& f, std::initializer_list<const char*> keys, int64_t lo,
+                    int64_t hi) {
+  for (const char* k : keys) {
+    if (f.has(k)) return f.integer(k, lo, hi);
+  }
+  std::string names;
+  for (const char* k : keys) names += names.empty() ? k : std::string(" or ") + k;
+  fail(f.where(), names, "missing (expected an integer in [{}, {}])", lo, hi);
+}
+
+struct RopeFields {
+  float theta = 10000.0f;
+  double partial_rotary_factor = 1.0;
+  RopeScaling scaling;
+};
+
+// RoPE settings as transformers resolves them (PreTrainedConfig.convert_rope_params_to_dict and
+// standardize_rope_params): `rope_scaling` (v4) or `rope_parameters` (v5) holds the type and the
+// scaling fields; rope_theta and partial_rotary_factor may sit inside it or at the top level.
+// Types: "default" and "yarn" (anything else is refused with the accepted set).
+RopeFields rope_of(const Fields& f, double default_theta, double default_partial) {
+  RopeFields out;
+  const char* dict_key = f.has("rope_scaling") ? "rope_scaling" : "rope_parameters";
+  const Json empty = Json::object();
+  const Json* dict = &empty;
+  if (f.has(dict_key)) {
+    dict = &f.raw(dict_key);
+    if (!dict->is_object()) fail(f.where(), dict_key, "expected an object, found {}", dict->dump());
+  }
+  for (const auto& [k, v] : dict->items()) {
+    if (v.is_object()) {
+      fail(f.where(), std::string(dict_key) + "." + k,
+           "expected one RoPE setting for every layer (per-layer-type RoPE is not supported)");
     }
-    if (r.has("rope_theta")) return static_cast<float>(r.number("rope_theta"));
   }
-  if (f.has("rope_scaling")) {
-    fail(f.where(), "rope_scaling", "expected null (rope scaling is not supported), found {}",
-         f.raw("rope_scaling").dump());
+  const std::string field = dict_key;
+  Fields r(*dict, f.where());
+  auto name = [&](const char* k) { return field + "." + k; };
+  out.theta = static_cast<float>(
+      r.has("rope_theta") ? r.number("rope_theta") : f.number_or("rope_theta", default_theta));
+  out.partial_rotary_factor =
+      r.has("partial_rotary_factor") ? r.number("partial_rotary_factor")
+                                     : f.number_or("partial_rotary_factor", default_partial);
+  if (!(out.partial_rotary_factor > 0.0 && out.partial_rotary_factor <= 1.0)) {
+    fail(f.where(), "partial_rotary_factor", "expected a value in (0, 1], found {}",
+         out.partial_rotary_factor);
   }
-  return static_cast<float>(f.number_or("rope_theta", fallback));
+  const std::string type = r.has("rope_type") ? r.string_or("rope_type", "default")
+                                              : r.string_or("type", "default");
+  if (type == "default") return out;
+  if (type != "yarn") {
+    fail(f.where(), name("rope_type"), "expected \"default\" or \"yarn\", found \"{}\"", type);
+  }
+  RopeScaling& y = out.scaling;
+  y.kind = RopeScalingKind::kYarn;
+  const double max_pos = f.number_or("max_position_embeddings", 4096);
+  // transformers: a top-level original_max_position_embeddings wins (the Phi-3 exception), then
+  // the dict's, then max_position_embeddings.
+  double orig = max_pos;
+  if (f.has("original_max_position_embeddings")) {
+    orig = static_cast<double>(f.integer("original_max_position_embeddings", 1, int64_t{1} << 24));
+  } else if (r.has("original_max_position_embeddings")) {
+    orig = static_cast<double>(
+        r.integer_value(r.raw("original_max_position_embeddings"),
+                        "rope_parameters.original_max_position_embeddings", 1, int64_t{1} << 24));
+  }
+  y.original_max_positions = static_cast<int>(orig);
+  y.factor = static_cast<float>(r.has("factor") ? r.number("factor") : max_pos / orig);
+  // `get("beta_fast") or 32`: absent, null and 0 all mean the default.
+  auto or_default = [&](const char* k, double d) {
+    const double v = r.number_or(k, 0.0);
+    return static_cast<float>(v != 0.0 ? v : d);
+  };
+  y.beta_fast = or_default("beta_fast", 32.0);
+  y.beta_slow = or_default("beta_slow", 1.0);
+  y.mscale = static_cast<float>(r.number_or("mscale", 0.0));
+  y.mscale_all_dim = static_cast<float>(r.number_or("mscale_all_dim", 0.0));
+  y.attention_factor = static_cast<float>(r.number_or("attention_factor", 0.0));
+  y.truncate = r.boolean_or("truncate", true);
+  return out;
+}
+
+// rope_theta, the rotated dims and the scaling of a GQA / MLA family (partial rotary only where
+// the family reads partial_rotary_factor).
+void apply_rope(const Fields& f, ModelConfig& c, double default_theta,
+                double default_partial = 1.0, bool partial_allowed = false) {
+  const RopeFields r = rope_of(f, default_theta, default_partial);
+  c.rope_theta = r.theta;
+  c.rope_scaling = r.scaling;
+  if (partial_allowed) {
+    c.rope_dim = static_cast<int>(c.head_dim * r.partial_rotary_factor);
+  } else if (r.partial_rotary_factor != 1.0) {
+    fail(f.where(), "partial_rotary_factor", "expected 1 for model type {} (found {})",
+         family_name(c.family), r.partial_rotary_factor);
+  }
 }
 
 void fill_common(const Fields& f, ModelConfig& c) {
@@ -143,14 +221,18 @@ void fill_olmoe(const Fields& f, ModelConfig& c) {
   fill_common(f, c);
   c.head_dim = static_cast<int>(
       f.integer_or("head_dim", c.heads > 0 ? c.hidden / c.heads : 0, 1, L::kMaxHeadDim));
-  c.rope_theta = rope_theta_of(f, 10000.0);
-  c.experts = static_cast<int>(f.integer("num_experts", 1, L::kMaxExperts));
+  apply_rope(f, c, 10000.0);
+  c.experts =
+      static_cast<int>(integer_any(f, {"num_experts", "num_local_experts"}, 1, L::kMaxExperts));
   c.top_k = static_cast<int>(f.integer("num_experts_per_tok", 1, L::kMaxExperts));
   c.expert_ffn = static_cast<int>(f.integer("intermediate_size", 1, L::kMaxFfn));
   c.norm_topk_prob = f.boolean_or("norm_topk_prob", false);
   if (f.has("clip_qkv")) {
-    fail(f.where(), "clip_qkv", "expected null (clipping q/k/v is not supported), found {}",
-         f.raw("clip_qkv").dump());
+    const double clip = f.number("clip_qkv");
+    if (!(clip > 0.0 && clip < 1e30)) {
+      fail(f.where(), "clip_qkv", "expected null or a positive value, found {}", clip);
+    }
+    c.clip_qkv = static_cast<float>(clip);
   }
   c.qk_norm = QkNorm::kWholeProjection;
   c.rope = RopeKind::kNeox;
@@ -163,8 +245,9 @@ void fill_qwen3_moe(const Fields& f, ModelConfig& c) {
   fill_common(f, c);
   c.head_dim = static_cast<int>(
       f.integer_or("head_dim", c.heads > 0 ? c.hidden / c.heads : 0, 1, L::kMaxHeadDim));
-  c.rope_theta = rope_theta_of(f, 10000.0);
-  c.experts = static_cast<int>(f.integer("num_experts", 1, L::kMaxExperts));
+  apply_rope(f, c, 10000.0);
+  c.experts =
+      static_cast<int>(integer_any(f, {"num_experts", "num_local_experts"}, 1, L::kMaxExperts));
   c.top_k = static_cast<int>(f.integer("num_experts_per_tok", 1, L::kMaxExperts));
   c.expert_ffn = static_cast<int>(f.integer("moe_intermediate_size", 1, L::kMaxFfn));
   c.dense_ffn = static_cast<int>(f.integer_or("intermediate_size", 0, 0, L::kMaxFfn));
@@ -197,7 +280,7 @@ void fill_deepseek_v3(const Fields& f, ModelConfig& c) {
   c.family = Family::kDeepseekV3;
   fill_common(f, c);
   c.kv_heads = c.heads;  // keys and values are decompressed per head
-  c.rope_theta = rope_theta_of(f, 10000.0);
+  apply_rope(f, c, 10000.0);
   c.rope = f.boolean_or("rope_interleave", true) ? RopeKind::kInterleaved : RopeKind::kNeox;
   c.mla.q_lora_rank = static_cast<int>(f.integer_or("q_lora_rank", 0, 0, L::kMaxLoraRank));
   c.mla.kv_lora_rank = static_cast<int>(f.integer("kv_lora_rank", 1, L::kMaxLoraRank));
@@ -205,7 +288,8 @@ void fill_deepseek_v3(const Fields& f, ModelConfig& c) {
   c.mla.qk_rope_head_dim = static_cast<int>(f.integer("qk_rope_head_dim", 2, L::kMaxHeadDim));
   c.mla.v_head_dim = static_cast<int>(f.integer("v_head_dim", 1, L::kMaxHeadDim));
   c.mla.lora_norm_eps = 1e-6f;  // transformers builds q_a/kv_a_layernorm with the default eps
-  c.experts = static_cast<int>(f.integer("n_routed_experts", 1, L::kMaxExperts));
+  c.experts = static_cast<int>(
+      integer_any(f, {"n_routed_experts", "num_local_experts"}, 1, L::kMaxExperts));
   c.top_k = static_cast<int>(f.integer("num_experts_per_tok", 1, L::kMaxExperts));
   c.expert_ffn = static_cast<int>(f.integer("moe_intermediate_size", 1, L::kMaxFfn));
   c.dense_ffn = static_cast<int>(f.integer("intermediate_size", 1, L::kMaxFfn));
@@ -242,6 +326,73 @@ void fill_deepseek_v3(const Fields& f, ModelConfig& c) {
   }
 }
 
+// Qwen3-Next (qwen3_next) and the Qwen3.5 / 3.6 MoE text model (qwen3_5_moe_text, also inside
+// qwen3_5_moe's text_config). Defaults are the configuration classes'.
+void fill_hybrid(const Fields& f, ModelConfig& c, Family family) {
+  using L = ConfigLimits;
+  c.family = family;
+  fill_common(f, c);
+  c.head_dim = static_cast<int>(f.integer_or("head_dim", 256, 1, L::kMaxHeadDim));
+  apply_rope(f, c, 10000.0, 0.25, /*partial_allowed=*/true);
+  c.experts =
+      static_cast<int>(integer_any(f, {"num_experts", "num_local_experts"}, 1, L::kMaxExperts));
+  c.top_k = static_cast<int>(f.integer("num_experts_per_tok", 1, L::kMaxExperts));
+  c.expert_ffn = static_cast<int>(f.integer_or("moe_intermediate_size", 512, 1, L::kMaxFfn));
+  c.shared_ffn =
+      static_cast<int>(f.integer_or("shared_expert_intermediate_size", 512, 1, L::kMaxFfn));
+  c.shared_expert_gate = true;
+  c.attn_output_gate = true;
+  c.qk_norm = QkNorm::kPerHead;
+  c.rope = RopeKind::kNeox;
+  c.norm_plus_one = true;
+  c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
+  if (family == Family::kQwen3Next) {
+    c.norm_topk_prob = f.boolean_or("norm_topk_prob", true);
+    c.dense_ffn = static_cast<int>(f.integer_or("intermediate_size", 0, 0, L::kMaxFfn));
+    const int64_t step = f.integer_or("decoder_sparse_step", 1, 1, L::kMaxLayers);
+    for (int l = 0; l < c.layers; ++l) c.moe_layer[static_cast<size_t>(l)] = (l + 1) % step == 0;
+    if (f.has("mlp_only_layers")) {
+      const Json& only = f.raw("mlp_only_layers");
+      if (!only.is_array() || only.size() > static_cast<size_t>(c.layers)) {
+        fail(f.where(), "mlp_only_layers", "expected a list of at most {} layer indices", c.layers);
+      }
+      for (const Json& v : only) {
+        c.moe_layer[static_cast<size_t>(f.integer_value(v, "mlp_only_layers", 0, c.layers - 1))] = 0;
+      }
+    }
+  } else {
+    c.norm_topk_prob = true;  // Qwen3_5MoeTopKRouter always renormalises
+  }
+  LinearAttnConfig& a = c.linear;
+  a.conv_kernel =
+      static_cast<int>(f.integer_or("linear_conv_kernel_dim", 4, 1, L::kMaxConvKernel));
+  a.k_head_dim = static_cast<int>(f.integer_or("linear_key_head_dim", 128, 1, L::kMaxHeadDim));
+  a.v_head_dim = static_cast<int>(f.integer_or("linear_value_head_dim", 128, 1, L::kMaxHeadDim));
+  a.k_heads = static_cast<int>(f.integer_or("linear_num_key_heads", 16, 1, L::kMaxHeads));
+  a.v_heads = static_cast<int>(f.integer_or("linear_num_value_heads", 32, 1, L::kMaxHeads));
+  c.linear_layer.assign(static_cast<size_t>(c.layers), 0);
+  if (f.has("layer_types")) {
+    const Json& types = f.raw("layer_types");
+    if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
+      fail(f.where(), "layer_types", "expected a list of {} entries (num_hidden_layers), found {}",
+           c.layers, types.is_array() ? std::to_string(types.size()) : types.dump());
+    }
+    for (size_t l = 0; l < types.size(); ++l) {
+      const Json& t = types[l];
+      const std::string v = t.is_string() ? t.get<std::string>() : t.dump();
+      if (v == "linear_attention") {
+        c.linear_layer[l] = 1;
+      } else if (v != "full_attention") {
+        fail(f.where(), fmt::format("layer_types[{}]", l),
+             "expected \"linear_attention\" or \"full_attention\", found {}", t.dump());
+      }
+    }
+  } else {
+    const int64_t interval = f.integer_or("full_attention_interval", 4, 1, L::kMaxLayers);
+    for (int l = 0; l < c.layers; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  }
+}
+
 }  // namespace
 
 ModelConfig parse_hf_config(std::string_view json_text, const std::string& where) {
@@ -258,8 +409,31 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& where
     fill_qwen3_moe(f, c);
   } else if (type == "deepseek_v3") {
     fill_deepseek_v3(f, c);
+  } else if (type == "qwen3_next") {
+    fill_hybrid(f, c, Family::kQwen3Next);
+  } else if (type == "qwen3_5_moe_text") {
+    fill_hybrid(f, c, Family::kQwen35Moe);
+  } else if (type == "qwen3_5_moe") {
+    // The multimodal wrapper: only the text model runs (the vision tower and the MTP head are
+    // ignored). tie_word_embeddings lives at the top level.
+    if (!f.has("text_config") || !f.raw("text_config").is_object()) {
+      fail(where, "text_config", "expected an object (the qwen3_5_moe text model)");
+    }
+    Json text = f.raw("text_config");
+    if (!text.contains("tie_word_embeddings") && j.contains("tie_word_embeddings")) {
+      text["tie_word_embeddings"] = j["tie_word_embeddings"];
+    }
+    const std::string inner = text.value("model_type", std::string("qwen3_5_moe_text"));
+    if (inner != "qwen3_5_moe_text") {
+      fail(where, "text_config.model_type", "expected \"qwen3_5_moe_text\", found \"{}\"", inner);
+    }
+    const std::string text_where = where + " (text_config)";
+    Fields tf(text, text_where);
+    fill_hybrid(tf, c, Family::kQwen35Moe);
   } else {
-    fail(where, "model_type", "expected \"olmoe\", \"qwen3_moe\" or \"deepseek_v3\", found \"{}\"",
+    fail(where, "model_type",
+         "expected \"olmoe\", \"qwen3_moe\", \"deepseek_v3\", \"qwen3_next\", \"qwen3_5_moe\" or "
+         "\"qwen3_5_moe_text\", found \"{}\"",
          type);
   }
   c.validate();
@@ -286,6 +460,19 @@ std::string hf_config_json(const ModelConfig& c, std::string_view torch_dtype) {
   j["rms_norm_eps"] = c.rms_eps;
   j["rope_theta"] = c.rope_theta;
   j["rope_scaling"] = nullptr;
+  if (c.rope_scaling.kind == RopeScalingKind::kYarn) {
+    const RopeScaling& y = c.rope_scaling;
+    Json r{{"rope_type", "yarn"},
+           {"factor", y.factor},
+           {"original_max_position_embeddings", y.original_max_positions},
+           {"beta_fast", y.beta_fast},
+           {"beta_slow", y.beta_slow},
+           {"truncate", y.truncate}};
+    if (y.mscale != 0.0f) r["mscale"] = y.mscale;
+    if (y.mscale_all_dim != 0.0f) r["mscale_all_dim"] = y.mscale_all_dim;
+    if (y.attention_factor != 0.0f) r["attention_factor"] = y.attention_factor;
+    j["rope_scaling"] = r;
+  }
   j["hidden_act"] = "silu";
   j["attention_bias"] = false;
   j["tie_word_embeddings"] = c.tied_embeddings;
@@ -302,8 +489,41 @@ std::string hf_config_json(const ModelConfig& c, std::string_view torch_dtype) {
       j["head_dim"] = c.head_dim;
       j["num_experts"] = c.experts;
       j["intermediate_size"] = c.expert_ffn;
-      j["clip_qkv"] = nullptr;
+      j["clip_qkv"] = c.clip_qkv > 0.0f ? Json(c.clip_qkv) : Json(nullptr);
       break;
+    case Family::kQwen3Next:
+    case Family::kQwen35Moe: {
+      const bool next = c.family == Family::kQwen3Next;
+      j["model_type"] = next ? "qwen3_next" : "qwen3_5_moe_text";
+      j["architectures"] = {next ? "Qwen3NextForCausalLM" : "Qwen3_5MoeForCausalLM"};
+      j["num_key_value_heads"] = c.kv_heads;
+      j["head_dim"] = c.head_dim;
+      j["partial_rotary_factor"] =
+          static_cast<double>(c.rotary_dim()) / static_cast<double>(c.head_dim);
+      j["num_experts"] = c.experts;
+      j["moe_intermediate_size"] = c.expert_ffn;
+      j["shared_expert_intermediate_size"] = c.shared_ffn;
+      j["linear_conv_kernel_dim"] = c.linear.conv_kernel;
+      j["linear_key_head_dim"] = c.linear.k_head_dim;
+      j["linear_value_head_dim"] = c.linear.v_head_dim;
+      j["linear_num_key_heads"] = c.linear.k_heads;
+      j["linear_num_value_heads"] = c.linear.v_heads;
+      Json types = Json::array();
+      for (int l = 0; l < c.layers; ++l) {
+        types.push_back(c.is_linear(l) ? "linear_attention" : "full_attention");
+      }
+      j["layer_types"] = types;
+      if (next) {
+        j["intermediate_size"] = c.dense_ffn > 0 ? c.dense_ffn : c.expert_ffn;
+        j["decoder_sparse_step"] = 1;
+        Json only = Json::array();
+        for (int l = 0; l < c.layers; ++l) {
+          if (!c.moe_layer[static_cast<size_t>(l)]) only.push_back(l);
+        }
+        j["mlp_only_layers"] = only;
+      }
+      break;
+    }
     case Family::kQwen3Moe: {
       j["model_type"] = "qwen3_moe";
       j["architectures"] = {"Qwen3MoeForCausalLM"};

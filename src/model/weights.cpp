@@ -64,7 +64,7 @@ void bind_experts(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w)
     for (uint64_t e = 0; e < E; ++e) w.experts[e].down = b.stacked(d, e, H, I, H, 0);
     return;
   }
-  const std::string p = fmt::format("model.layers.{}.mlp.experts.", l);
+  const std::string p = b.hf_layer(l) + "mlp.experts.";
   if (b.has(p + "gate_up_proj")) {  // transformers v5 fused layout (no .weight suffix)
     TensorView gu = b.require(p + "gate_up_proj", {E, 2 * I, H});
     TensorView d = b.require(p + "down_proj", {E, H, I});
@@ -95,13 +95,18 @@ void bind_ffn(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
   if (c.correction_bias) {
     const std::string name =
         b.gguf() ? fmt::format("blk.{}.exp_probs_b.bias", l)
-                 : fmt::format("model.layers.{}.mlp.gate.e_score_correction_bias", l);
+                 : b.hf_layer(l) + "mlp.gate.e_score_correction_bias";
     w.router_bias = b.vector(name, static_cast<uint64_t>(c.experts));
   }
   bind_experts(b, c, l, w);
   if (c.shared_ffn > 0) {
-    w.shared =
-        bind_swiglu(b, l, "_shexp", "mlp.shared_experts", H, static_cast<uint64_t>(c.shared_ffn));
+    w.shared = bind_swiglu(b, l, "_shexp",
+                           is_hybrid(c.family) ? "mlp.shared_expert" : "mlp.shared_experts", H,
+                           static_cast<uint64_t>(c.shared_ffn));
+  }
+  if (c.shared_expert_gate) {
+    w.shared_gate = b.gguf() ? b.vector(layer_name(b, l, "ffn_gate_inp_shexp", ""), H)
+                             : b.vector_of_shape(b.hf_layer(l) + "mlp.shared_expert_gate.weight", {1, H});
   }
 }
 
@@ -129,14 +134,19 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
   const auto V = static_cast<uint64_t>(c.vocab);
   const auto H = static_cast<uint64_t>(c.hidden);
   const bool gguf = b.gguf();
-  m->embed_ = b.require(gguf ? "token_embd.weight" : "model.embed_tokens.weight", {V, H});
-  m->final_norm_ = b.vector(gguf ? "output_norm.weight" : "model.norm.weight", H);
+  if (!gguf && !b.has("model.embed_tokens.weight") &&
+      b.has("model.language_model.embed_tokens.weight")) {
+    b.set_hf_prefix("model.language_model.");  // Qwen3.5 ...ForConditionalGeneration
+  }
+  const std::string embed_name = gguf ? "token_embd.weight" : b.hf_prefix() + "embed_tokens.weight";
+  m->embed_ = b.require(embed_name, {V, H});
+  m->final_norm_ = b.vector(gguf ? "output_norm.weight" : b.hf_prefix() + "norm.weight", H);
   const std::string head = gguf ? "output.weight" : "lm_head.weight";
   if (c.tied_embeddings || !b.has(head)) {
     if (!c.tied_embeddings && !gguf) {
       fail(path.string(), "tensor 'lm_head.weight'", "missing (expected shape [{}, {}])", V, H);
     }
-    m->lm_head_ = b.matrix(gguf ? "token_embd.weight" : "model.embed_tokens.weight", V, H);
+    m->lm_head_ = b.matrix(embed_name, V, H);
   } else {
     m->lm_head_ = b.matrix(head, V, H);
   }
@@ -145,12 +155,29 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
     LayerWeights& w = m->layers_[static_cast<size_t>(l)];
     w.attn_norm = b.vector(layer_name(b, l, "attn_norm", "input_layernorm"), H);
     w.ffn_norm = b.vector(layer_name(b, l, "ffn_norm", "post_attention_layernorm"), H);
-    if (c.family == Family::kDeepseekV3) {
+    if (c.is_linear(l)) {
+      bind_linear_attention(b, c, l, w.linear);
+    } else if (c.family == Family::kDeepseekV3) {
       bind_mla_attention(b, c, l, w);
     } else {
       bind_gqa_attention(b, c, l, w);
     }
     bind_ffn(b, c, l, w);
+  }
+  if (c.norm_plus_one && !gguf) {
+    // (1 + w) RMSNorm: fold the 1 in (exact in f32 for bf16/f16/f32 weights), so that every
+    // format runs the same plain weights (GGUF stores them folded, as llama.cpp converts them).
+    auto fold = [](WeightVector& v) {
+      for (float& x : v) x = 1.0f + x;
+      v.source_dtype = DType::kF32;
+    };
+    fold(m->final_norm_);
+    for (LayerWeights& w : m->layers_) {
+      fold(w.attn_norm);
+      fold(w.ffn_norm);
+      if (!w.q_norm.empty()) fold(w.q_norm);
+      if (!w.k_norm.empty()) fold(w.k_norm);
+    }
   }
   return m;
 }
@@ -169,8 +196,9 @@ uint64_t Model::bytes_per_token() const {
   uint64_t total = matrix_bytes(lm_head_);
   total += *dtype_byte_size(embed_.dtype, static_cast<uint64_t>(config_.hidden));
   for (const LayerWeights& w : layers_) {
-    for (const kernels::Matrix* m :
-         {&w.wq, &w.wk, &w.wv, &w.q_a, &w.q_b, &w.kv_a, &w.kv_b, &w.wo}) {
+    for (const kernels::Matrix* m : {&w.wq, &w.wk, &w.wv, &w.q_a, &w.q_b, &w.kv_a, &w.kv_b, &w.wo,
+                                     &w.linear.qkv, &w.linear.z, &w.linear.b, &w.linear.a,
+                                     &w.linear.out}) {
       if (m->data != nullptr) total += matrix_bytes(*m);
     }
     auto swiglu = [](const SwigluWeights& s) {

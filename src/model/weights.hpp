@@ -39,6 +39,23 @@ struct SwigluWeights {
   bool present() const { return gate.data != nullptr; }
 };
 
+// One Gated DeltaNet (linear attention) layer, in one canonical layout whatever the file stored
+// (Qwen3-Next's fused interleaved in_proj_qkvz / in_proj_ba are rearranged at load; Qwen3.5's
+// split projections and both GGUF layouts are used in place). Value heads are in the order
+// config.linear.v_heads_tiled says.
+struct LinearAttnWeights {
+  kernels::Matrix qkv;      // [2 * key_dim + value_dim, hidden]: rows q | k | v
+  kernels::Matrix z;        // [value_dim, hidden] output gate
+  kernels::Matrix b;        // [v_heads, hidden] beta = sigmoid(b x)
+  kernels::Matrix a;        // [v_heads, hidden] decay input
+  WeightVector conv;        // [conv_dim * conv_kernel] depthwise causal conv, per channel
+  WeightVector dt_bias;     // [v_heads]
+  WeightVector a_neg;       // [v_heads] -exp(A_log) (GGUF ssm_a)
+  WeightVector norm;        // [v_head_dim] gated RMSNorm weight (plain, not 1 + w)
+  kernels::Matrix out;      // [hidden, value_dim]
+  bool present() const { return qkv.data != nullptr; }
+};
+
 struct LayerWeights {
   WeightVector attn_norm;  // [hidden]
   WeightVector ffn_norm;   // [hidden]
@@ -48,6 +65,8 @@ struct LayerWeights {
   kernels::Matrix wk;   // [kv_heads * head_dim, hidden]
   kernels::Matrix wv;   // [kv_heads * head_dim, hidden]
   WeightVector q_norm;  // OLMoE: [heads * head_dim]; Qwen3: [head_dim]
+  // Gated full attention (hybrid families): wq has [heads * 2 * head_dim] rows, per head
+  // [query | gate]; norms (1 + w) are folded to effective weights at load.
   WeightVector k_norm;  // OLMoE: [kv_heads * head_dim]; Qwen3: [head_dim]
 
   // MLA attention (DeepSeek-V3).
@@ -60,12 +79,16 @@ struct LayerWeights {
 
   kernels::Matrix wo;  // [hidden, heads * v_dim]
 
+  // Gated DeltaNet layers (hybrid families) instead of attention.
+  LinearAttnWeights linear;
+
   // Feed-forward: MoE layers use router/experts/shared, dense layers use `dense`.
   bool moe = false;
   kernels::Matrix router;              // [experts, hidden]
   WeightVector router_bias;            // [experts] e_score_correction_bias (or empty)
   std::vector<SwigluWeights> experts;  // [experts]
   SwigluWeights shared;                // shared experts as one block (or absent)
+  WeightVector shared_gate;            // [hidden] shared expert gate (Qwen3-Next / 3.5) or empty
   SwigluWeights dense;                 // dense layers
 };
 

@@ -32,11 +32,17 @@ class WeightBinder {
   }
   bool has(const std::string& name) const { return find(name).has_value(); }
 
-  // "blk.L.<gguf_name>.weight" or "model.layers.L.<hf_name>.weight".
+  // "blk.L.<gguf_name>.weight" or "<hf prefix>layers.L.<hf_name>.weight".
   std::string layer_name(int l, const char* gguf_name, const char* hf_name) const {
     return gguf() ? fmt::format("blk.{}.{}.weight", l, gguf_name)
-                  : fmt::format("model.layers.{}.{}.weight", l, hf_name);
+                  : fmt::format("{}layers.{}.{}.weight", hf_prefix_, l, hf_name);
   }
+  // "<hf prefix>layers.L." (HF only).
+  std::string hf_layer(int l) const { return fmt::format("{}layers.{}.", hf_prefix_, l); }
+  // Where the text model's tensors live in an HF checkpoint: "model." (…ForCausalLM) or
+  // "model.language_model." (Qwen3.5's …ForConditionalGeneration).
+  const std::string& hf_prefix() const { return hf_prefix_; }
+  void set_hf_prefix(std::string prefix) { hf_prefix_ = std::move(prefix); }
 
   TensorView require(const std::string& name, const std::vector<uint64_t>& shape) const {
     auto t = find(name);
@@ -70,6 +76,46 @@ class WeightBinder {
 
   WeightVector vector(const std::string& name, uint64_t n) {
     const TensorView t = require(name, {n});
+    WeightVector v;
+    static_cast<std::vector<float>&>(v) = t.to_f32();
+    v.source_dtype = t.dtype;
+    return v;
+  }
+
+  // An owned [rows.size(), cols] matrix made of rows `rows` of the [*, cols] tensor `t` (dtype
+  // kept for F32/BF16/F16, F32 otherwise): rearranged fused projections.
+  kernels::Matrix gather_rows(const TensorView& t, const std::vector<uint64_t>& rows,
+                              uint64_t cols) {
+    const bool plain =
+        t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16;
+    kernels::Matrix m;
+    m.rows = rows.size();
+    m.cols = cols;
+    if (plain) {
+      const uint64_t row_bytes = cols * dtype_size(t.dtype);
+      std::vector<std::byte> out(rows.size() * row_bytes);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        std::memcpy(&out[i * row_bytes], t.data + rows[i] * row_bytes, row_bytes);
+      }
+      m.dtype = t.dtype == DType::kF32    ? kernels::DType::kF32
+                : t.dtype == DType::kBF16 ? kernels::DType::kBF16
+                                          : kernels::DType::kF16;
+      m.data = own(std::move(out));
+      return m;
+    }
+    const std::vector<float> all = t.to_f32();
+    std::vector<std::byte> out(rows.size() * cols * sizeof(float));
+    for (size_t i = 0; i < rows.size(); ++i) {
+      std::memcpy(&out[i * cols * sizeof(float)], &all[rows[i] * cols], cols * sizeof(float));
+    }
+    m.dtype = kernels::DType::kF32;
+    m.data = own(std::move(out));
+    return m;
+  }
+
+  // A tensor of any listed shape as an f32 vector (e.g. HF conv1d [C, 1, K] or GGUF [C, K]).
+  WeightVector vector_of_shape(const std::string& name, const std::vector<uint64_t>& shape) {
+    const TensorView t = require(name, shape);
     WeightVector v;
     static_cast<std::vector<float>&>(v) = t.to_f32();
     v.source_dtype = t.dtype;
@@ -113,10 +159,20 @@ class WeightBinder {
 
   Model& m_;
   std::string where_;
+  std::string hf_prefix_ = "model.";
 };
 
 // Family binders (arch_gqa.cpp, arch_deepseek.cpp).
 void bind_gqa_attention(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w);
 void bind_mla_attention(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w);
+// Gated DeltaNet layer of the hybrid families (arch_qwen35.cpp).
+void bind_linear_attention(WeightBinder& b, const ModelConfig& c, int layer, LinearAttnWeights& w);
+// Row order of Qwen3-Next's fused projections: rows of in_proj_qkvz [q | k | v | z per key
+// head] that make q | k | v (first) and z (second), and rows of in_proj_ba [b | a per key head]
+// that make b and a. Shared with the writer (weights_sources.cpp).
+struct FusedRows {
+  std::vector<uint64_t> qkv, z, b, a;
+};
+FusedRows qwen3next_fused_rows(const LinearAttnConfig& a);
 
 }  // namespace steermoe::model

@@ -53,6 +53,39 @@ void add_swiglu(LayoutBuilder& b, int l, const char* gsuffix, const char* hprefi
           fmt::format("{}.down_proj", hprefix).c_str(), {hidden, ffn}, down);
 }
 
+// Gated DeltaNet tensors. HF: Qwen3-Next stores in_proj_qkvz / in_proj_ba fused and
+// interleaved per key head, Qwen3.5 in_proj_qkv / z / b / a split; A_log and dt_bias have no
+// ".weight". GGUF (llama.cpp): attn_qkv, attn_gate, ssm_beta + ssm_alpha (qwen35moe) or
+// ssm_beta_alpha (qwen3next), ssm_conv1d [conv_dim, K], ssm_dt.bias, ssm_a, ssm_norm, ssm_out.
+void add_linear_attention(LayoutBuilder& b, const ModelConfig& c, int l) {
+  const LinearAttnConfig& a = c.linear;
+  const U H = static_cast<U>(c.hidden);
+  const U conv_dim = static_cast<U>(a.conv_dim()), vd = static_cast<U>(a.value_dim());
+  const U nv = static_cast<U>(a.v_heads), K = static_cast<U>(a.conv_kernel);
+  const bool next = c.family == Family::kQwen3Next;
+  auto hf = [l](const char* name) { return fmt::format("model.layers.{}.linear_attn.{}", l, name); };
+  auto gg = [l](const char* name) { return fmt::format("blk.{}.{}", l, name); };
+  if (!b.gguf() && next) {
+    b.add("", hf("in_proj_qkvz.weight"), {conv_dim + vd, H}, Role::kLinQkvz, l);
+    b.add("", hf("in_proj_ba.weight"), {2 * nv, H}, Role::kLinBa, l);
+  } else {
+    b.add(gg("attn_qkv.weight"), hf("in_proj_qkv.weight"), {conv_dim, H}, Role::kLinQkv, l);
+    b.add(gg("attn_gate.weight"), hf("in_proj_z.weight"), {vd, H}, Role::kLinZ, l);
+    if (next) {
+      b.add(gg("ssm_beta_alpha.weight"), "", {2 * nv, H}, Role::kLinBa, l);
+    } else {
+      b.add(gg("ssm_beta.weight"), hf("in_proj_b.weight"), {nv, H}, Role::kLinB, l);
+      b.add(gg("ssm_alpha.weight"), hf("in_proj_a.weight"), {nv, H}, Role::kLinA, l);
+    }
+  }
+  b.add(gg("ssm_conv1d.weight"), hf("conv1d.weight"),
+        b.gguf() ? std::vector<U>{conv_dim, K} : std::vector<U>{conv_dim, 1, K}, Role::kLinConv, l);
+  b.add(gg("ssm_dt.bias"), hf("dt_bias"), {nv}, Role::kLinDtBias, l);
+  b.add(gg("ssm_a"), hf("A_log"), {nv}, Role::kLinALog, l);
+  b.add(gg("ssm_norm.weight"), hf("norm.weight"), {static_cast<U>(a.v_head_dim)}, Role::kLinNorm, l);
+  b.add(gg("ssm_out.weight"), hf("out_proj.weight"), {H, vd}, Role::kLinOut, l);
+}
+
 }  // namespace
 
 std::vector<TensorSlot> tensor_layout(const ModelConfig& c, WeightFormat format) {
@@ -64,7 +97,9 @@ std::vector<TensorSlot> tensor_layout(const ModelConfig& c, WeightFormat format)
   if (!c.tied_embeddings) b.add("output.weight", "lm_head.weight", {V, H}, Role::kOutput);
   for (int l = 0; l < c.layers; ++l) {
     b.layer(l, "attn_norm", "input_layernorm", {H}, Role::kAttnNorm);
-    if (c.family == Family::kDeepseekV3) {
+    if (c.is_linear(l)) {
+      add_linear_attention(b, c, l);
+    } else if (c.family == Family::kDeepseekV3) {
       const MlaConfig& m = c.mla;
       const U qk = static_cast<U>(m.qk_nope_head_dim + m.qk_rope_head_dim);
       const U lora = static_cast<U>(m.kv_lora_rank), rope = static_cast<U>(m.qk_rope_head_dim);
@@ -88,7 +123,8 @@ std::vector<TensorSlot> tensor_layout(const ModelConfig& c, WeightFormat format)
       b.layer(l, "attn_output", "self_attn.o_proj", {H, heads * vd}, Role::kWo);
     } else {
       const U hd = static_cast<U>(c.head_dim), kvh = static_cast<U>(c.kv_heads);
-      b.layer(l, "attn_q", "self_attn.q_proj", {heads * hd, H}, Role::kWq);
+      const U q_rows = heads * hd * (c.attn_output_gate ? 2 : 1);
+      b.layer(l, "attn_q", "self_attn.q_proj", {q_rows, H}, Role::kWq);
       b.layer(l, "attn_k", "self_attn.k_proj", {kvh * hd, H}, Role::kWk);
       b.layer(l, "attn_v", "self_attn.v_proj", {kvh * hd, H}, Role::kWv);
       b.layer(l, "attn_output", "self_attn.o_proj", {H, heads * hd}, Role::kWo);
@@ -124,19 +160,41 @@ std::vector<TensorSlot> tensor_layout(const ModelConfig& c, WeightFormat format)
       }
     }
     if (c.shared_ffn > 0) {
-      add_swiglu(b, l, "_shexp", "mlp.shared_experts", H, static_cast<U>(c.shared_ffn),
-                 Role::kSharedGate, Role::kSharedUp, Role::kSharedDown);
+      add_swiglu(b, l, "_shexp", is_hybrid(c.family) ? "mlp.shared_expert" : "mlp.shared_experts",
+                 H, static_cast<U>(c.shared_ffn), Role::kSharedGate, Role::kSharedUp,
+                 Role::kSharedDown);
+    }
+    if (c.shared_expert_gate) {
+      if (b.gguf()) {
+        b.layer(l, "ffn_gate_inp_shexp", "", {H}, Role::kSharedExpGate);
+      } else {
+        b.layer(l, "", "mlp.shared_expert_gate", {1, H}, Role::kSharedExpGate);
+      }
     }
   }
   return b.take();
 }
 
+std::string gguf_arch_name(Family family) {
+  switch (family) {
+    case Family::kOlmoe:
+      return "olmoe";
+    case Family::kQwen3Moe:
+      return "qwen3moe";
+    case Family::kDeepseekV3:
+      return "deepseek2";
+    case Family::kQwen3Next:
+      return "qwen3next";
+    case Family::kQwen35Moe:
+      return "qwen35moe";
+  }
+  return "?";
+}
+
 std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelConfig& c,
                                                                    const std::string& name) {
   std::vector<std::pair<std::string, GgufValue>> kv;
-  const std::string arch = c.family == Family::kOlmoe      ? "olmoe"
-                           : c.family == Family::kQwen3Moe ? "qwen3moe"
-                                                           : "deepseek2";
+  const std::string arch = gguf_arch_name(c.family);
   auto u32 = [&](const std::string& key, int v) {
     kv.emplace_back(arch + "." + key, GgufValue::u32(static_cast<uint32_t>(v)));
   };
@@ -154,8 +212,76 @@ std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelCo
   u32("vocab_size", c.vocab);
   u32("expert_count", c.experts);
   u32("expert_used_count", c.top_k);
+  if (c.rope_scaling.kind == RopeScalingKind::kYarn) {
+    const RopeScaling& y = c.rope_scaling;
+    kv.emplace_back(arch + ".rope.scaling.type", GgufValue::string("yarn"));
+    f32("rope.scaling.factor", y.factor);
+    u32("rope.scaling.original_context_length", y.original_max_positions);
+    f32("rope.scaling.yarn_beta_fast", y.beta_fast);
+    f32("rope.scaling.yarn_beta_slow", y.beta_slow);
+    if (!y.truncate) {
+      fail(c.source, "rope_parameters.truncate", "GGUF cannot store YaRN with truncate = false");
+    }
+    // llama.cpp's yarn_log_multiplier is 0.1 * mscale_all_dim and takes the rope's own mscale to
+    // be equal; any other attention factor is stored explicitly.
+    const float mul = y.mscale_all_dim != 0.0f ? y.mscale_all_dim : y.mscale;
+    if (mul != 0.0f) f32("rope.scaling.yarn_log_multiplier", 0.1f * mul);
+    ModelConfig implied = c;
+    implied.rope_scaling.mscale = implied.rope_scaling.mscale_all_dim = mul;
+    implied.rope_scaling.attention_factor = 0.0f;
+    if (implied.rope_attention_factor() != c.rope_attention_factor()) {
+      f32("rope.scaling.attn_factor", c.rope_attention_factor());
+    }
+  }
   switch (c.family) {
+    case Family::kQwen3Next:
+    case Family::kQwen35Moe: {
+      const LinearAttnConfig& a = c.linear;
+      int interval = 0;
+      for (int l = 0; l < c.layers && interval == 0; ++l) {
+        if (!c.is_linear(l)) interval = l + 1;
+      }
+      if (interval == 0) interval = c.layers + 1;
+      for (int l = 0; l < c.layers; ++l) {
+        if (c.is_linear(l) != ((l + 1) % interval != 0)) {
+          fail(c.source, "layer_types",
+               "GGUF stores the layer pattern as full_attention_interval; layer {} breaks the "
+               "every-{}th-layer pattern",
+               l, interval);
+        }
+      }
+      for (int l = 0; l < c.layers; ++l) {
+        if (!c.moe_layer[static_cast<size_t>(l)]) {
+          fail(c.source, "mlp_only_layers", "GGUF {} has no dense layers (layer {} is dense)", arch, l);
+        }
+      }
+      u32("feed_forward_length", c.expert_ffn);
+      u32("expert_feed_forward_length", c.expert_ffn);
+      u32("expert_shared_feed_forward_length", c.shared_ffn);
+      u32("attention.head_count_kv", c.kv_heads);
+      u32("attention.key_length", c.head_dim);
+      u32("attention.value_length", c.head_dim);
+      u32("rope.dimension_count", c.rotary_dim());
+      kv.emplace_back(arch + ".expert_weights_norm", GgufValue::boolean(c.norm_topk_prob));
+      u32("ssm.conv_kernel", a.conv_kernel);
+      u32("ssm.state_size", a.k_head_dim);
+      u32("ssm.group_count", a.k_heads);
+      u32("ssm.time_step_rank", a.v_heads);
+      u32("ssm.inner_size", a.value_dim());
+      u32("full_attention_interval", interval);
+      if (c.family == Family::kQwen35Moe) {
+        // mRoPE sections (text positions make them irrelevant; llama.cpp requires the key).
+        const int half = c.rotary_dim() / 2;
+        const int t = half == 32 ? 11 : half;
+        const int h = half == 32 ? 11 : 0;
+        const int w = half - t - h;
+        const std::vector<int32_t> sections = {t, h, w, 0};
+        kv.emplace_back(arch + ".rope.dimension_sections", GgufValue::i32_array(sections));
+      }
+      break;
+    }
     case Family::kOlmoe:
+      if (c.clip_qkv > 0.0f) f32("attention.clamp_kqv", c.clip_qkv);
       u32("feed_forward_length", c.expert_ffn);
       u32("attention.head_count_kv", c.kv_heads);
       u32("attention.key_length", c.head_dim);

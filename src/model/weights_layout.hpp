@@ -51,6 +51,19 @@ enum class Role : uint8_t {
   kDenseGate,
   kDenseUp,
   kDenseDown,
+  // Hybrid families (Gated DeltaNet layers, shared expert gate).
+  kLinQkv,       // HF in_proj_qkv / GGUF attn_qkv
+  kLinZ,         // HF in_proj_z / GGUF attn_gate
+  kLinQkvz,      // HF Qwen3-Next in_proj_qkvz (interleaved per key head)
+  kLinB,         // HF in_proj_b / GGUF ssm_beta
+  kLinA,         // HF in_proj_a / GGUF ssm_alpha
+  kLinBa,        // HF Qwen3-Next in_proj_ba / GGUF qwen3next ssm_beta_alpha (interleaved)
+  kLinConv,      // conv1d weight: HF [conv_dim, 1, K], GGUF [conv_dim, K]
+  kLinDtBias,    // dt_bias / ssm_dt.bias
+  kLinALog,      // HF A_log / GGUF ssm_a (= -exp(A_log))
+  kLinNorm,      // gated RMSNorm weight
+  kLinOut,       // out_proj / ssm_out
+  kSharedExpGate,  // HF mlp.shared_expert_gate [1, H] / GGUF ffn_gate_inp_shexp [H]
 };
 
 struct TensorSlot {
@@ -65,6 +78,10 @@ struct TensorSlot {
 
 // Every tensor of `config` in `format`, in the order a writer should store them.
 std::vector<TensorSlot> tensor_layout(const ModelConfig& config, WeightFormat format);
+
+// llama.cpp's general.architecture of a family ("olmoe", "qwen3moe", "deepseek2", "qwen3next",
+// "qwen35moe").
+std::string gguf_arch_name(Family family);
 
 // The GGUF metadata of a config (general.*, <arch>.*), the inverse of config_from_gguf.
 std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelConfig& config,
@@ -92,8 +109,10 @@ SlotSource model_slot_source(const Model& model);
 // Matrices are stored as `dtype`, vectors as F32. Deterministic in `seed`.
 SlotSource random_slot_source(DType dtype, uint64_t seed);
 
-// Real shapes: "OLMoE-1B-7B", "Qwen3-30B-A3B", "Moonlight-16B-A3B", and "small" versions
-// ("olmoe-small", "qwen3moe-small", "deepseek-small") for tests. Throws Error for others.
+// Real shapes: "OLMoE-1B-7B", "Qwen3-30B-A3B", "Moonlight-16B-A3B", "Qwen3.6-35B-A3B" (also
+// spelled "qwen3.6-35b-a3b"), "Qwen3-Next-80B-A3B", and "small" versions ("olmoe-small",
+// "qwen3moe-small", "deepseek-small", "qwen35moe-small", "qwen3next-small") for tests. Throws
+// Error for others.
 ModelConfig shape_config(const std::string& shape);
 
 }  // namespace steermoe::model

@@ -146,8 +146,9 @@ TEST(HfConfig, RejectsBadFilesNamingFileFieldAndExpectation) {
   bad["rms_norm_eps"] = -1.0;
   EXPECT_THAT(error_of(bad), HasSubstr("rms_norm_eps"));
   bad = j;
-  bad["rope_scaling"] = json{{"type", "yarn"}};
-  EXPECT_THAT(error_of(bad), HasSubstr("rope_scaling: expected null"));
+  bad["rope_scaling"] = json{{"type", "linear"}, {"factor", 2.0}};
+  EXPECT_THAT(error_of(bad),
+              HasSubstr("rope_scaling.rope_type: expected \"default\" or \"yarn\", found \"linear\""));
   bad = j;
   bad["mlp_only_layers"] = json::array({7});
   EXPECT_THAT(error_of(bad), HasSubstr("mlp_only_layers: expected an integer in [0, 2]"));

@@ -103,5 +103,23 @@ TEST(NoAllocation, DecodeAllocatesNothing) {
   }
 }
 
+// The hybrid families (Gated DeltaNet state, gated attention, YaRN) and the other tiny
+// transformers-made models decode allocation-free too.
+TEST(NoAllocation, HybridAndVariantDecodeAllocatesNothing) {
+  const fs::path data = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "hf_models";
+  for (const char* m : {"qwen3_next", "qwen3_5_moe", "deepseek_v3_yarn", "olmoe_clip"}) {
+    SCOPED_TRACE(m);
+    auto model = model::Model::load(data / m);
+    for (int threads : {1, 2}) {
+      Engine engine(*model, {.threads = threads, .context = 64});
+      engine.decode(1);
+      engine.decode(2);
+      const long before = g_allocations.load();
+      for (int t = 0; t < 20; ++t) engine.decode(static_cast<int32_t>(10 + t));
+      EXPECT_EQ(g_allocations.load() - before, 0) << threads << " threads";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace steermoe::engine

@@ -88,12 +88,13 @@ class DiskLinkTest : public ::testing::TestWithParam<Variant> {
   // returns the message.
   std::string expect_failure(DiskLink& link, const std::vector<CopyRequest>& copies, size_t bad) {
     Ticket t = kNoTicket, first = kNoTicket;
-    for (const CopyRequest& c : copies) {
-      t = link.enqueue(c);
-      if (first == kNoTicket) first = t;
-    }
     std::string message;
+    // The fault may surface while later copies are still being enqueued (enqueue rethrows it).
     try {
+      for (const CopyRequest& c : copies) {
+        t = link.enqueue(c);
+        if (first == kNoTicket) first = t;
+      }
       link.wait(t);
       ADD_FAILURE() << "no error";
     } catch (const Error& e) {

@@ -17,6 +17,8 @@ struct CpuBackend::Scratch {
   std::vector<float> x;             // [B][H] residual stream
   std::vector<float> a;             // [B][H] normalised input of a block
   std::vector<float> q;             // [B][heads * q_head_dim]
+  std::vector<float> qg;            // [B][heads * 2 * head_dim] gated attention: [q | gate] per head
+  std::vector<float> attn_gate;     // [B][heads * head_dim] gated attention: the gate
   std::vector<float> k;             // [B][kv_heads * q_head_dim] (GQA) / [B][kv_lora] (MLA latent)
   std::vector<float> v;             // [B][kv_heads * v_dim] (GQA)
   std::vector<float> qa;            // [B][q_lora] (MLA)
@@ -83,7 +85,7 @@ CpuBackend::CpuBackend(const model::Model& model, const CpuBackendParams& params
   const size_t qk = static_cast<size_t>(cfg_.q_head_dim());
   const size_t vd = static_cast<size_t>(cfg_.v_dim());
   kv_ = KvCache(cfg_.layers, params.context, static_cast<size_t>(cfg_.kv_heads) * qk,
-                static_cast<size_t>(cfg_.kv_heads) * vd);
+                static_cast<size_t>(cfg_.kv_heads) * vd, cfg_.linear_layer);
   const auto B = static_cast<size_t>(params.max_batch);
   const auto H = static_cast<size_t>(cfg_.hidden);
   const auto E = static_cast<size_t>(cfg_.experts);
@@ -108,6 +110,10 @@ CpuBackend::CpuBackend(const model::Model& model, const CpuBackendParams& params
     s.k.resize(B * static_cast<size_t>(cfg_.kv_heads) * qk);
     s.v.resize(B * static_cast<size_t>(cfg_.kv_heads) * vd);
   }
+  if (cfg_.attn_output_gate) {
+    s.qg.resize(B * heads * 2 * qk);
+    s.attn_gate.resize(B * heads * qk);
+  }
   s.attn.resize(B * heads * vd);
   s.o.resize(B * H);
   s.logits_r.resize(B * E);
@@ -129,16 +135,31 @@ CpuBackend::CpuBackend(const model::Model& model, const CpuBackendParams& params
   s.jobs.resize(std::max<size_t>(2 * K, 3));
   s.logits.resize(static_cast<size_t>(cfg_.vocab));
 
+  rope_scaled_ = cfg_.rope_scaling.kind != model::RopeScalingKind::kNone;
+  rope_inv_freq_ = cfg_.rope_inv_freq();
+  rope_factor_ = cfg_.rope_attention_factor();
+  if (cfg_.linear_layer_count() > 0) {
+    linear_state_.resize(static_cast<size_t>(cfg_.layers));
+    for (int l = 0; l < cfg_.layers; ++l) {
+      if (cfg_.is_linear(l)) linear_state_[static_cast<size_t>(l)].init(cfg_.linear);
+    }
+    gdn_ = std::make_unique<GatedDeltaNet>(cfg_, params.max_batch);
+  }
+
   // The attention kernel keeps per-thread scratch that grows with the number of positions; one
   // call over the whole (zeroed) cache sizes it for the full context now, so that decoding never
-  // allocates later.
+  // allocates later. (Hybrid models: the first layer that has a KV cache.)
   const kernels::AttentionParams ap{.n_heads = heads,
                                     .n_kv_heads = static_cast<size_t>(cfg_.kv_heads),
                                     .head_dim_k = qk,
                                     .head_dim_v = vd,
                                     .scale = cfg_.attention_scale()};
-  kernels::attention(pool_, s.q.data(), kv_.k(0, 0), kv_.v(0, 0),
-                     static_cast<size_t>(params.context), s.attn.data(), ap);
+  int first_attention = 0;
+  while (first_attention < cfg_.layers && cfg_.is_linear(first_attention)) ++first_attention;
+  if (first_attention < cfg_.layers) {
+    kernels::attention(pool_, s.q.data(), kv_.k(first_attention, 0), kv_.v(first_attention, 0),
+                       static_cast<size_t>(params.context), s.attn.data(), ap);
+  }
 }
 
 CpuBackend::~CpuBackend() = default;
@@ -158,7 +179,11 @@ void CpuBackend::attention(int l, int n, int pos) {
     const size_t off = static_cast<size_t>(t) * H;
     kernels::rmsnorm(&s.x[off], w.attn_norm.data(), &s.a[off], H, {.eps = cfg_.rms_eps});
   }
-  if (cfg_.family == Family::kDeepseekV3) {
+  if (cfg_.is_linear(l)) {
+    LinearAttnState& st = linear_state_[static_cast<size_t>(l)];
+    if (pos == 0) st.zero();  // a new sequence
+    gdn_->forward(pool_, w.linear, st, s.a.data(), n, s.o.data());
+  } else if (cfg_.family == Family::kDeepseekV3) {
     attention_mla(l, n, pos);
   } else {
     attention_gqa(l, n, pos);
@@ -177,23 +202,38 @@ void CpuBackend::attention_gqa(int l, int n, int pos0) {
   const auto heads = static_cast<size_t>(cfg_.heads);
   const auto kvh = static_cast<size_t>(cfg_.kv_heads);
   const size_t qw = heads * hd, kw = kvh * hd;
+  const bool gated = cfg_.attn_output_gate;
+  float* q_out = gated ? s.qg.data() : s.q.data();
   if (n == 1) {
     // One synchronisation for the three projections (each row is computed as by matvec).
-    s.jobs[0] = {.w = w.wq, .x = s.a.data(), .y = s.q.data()};
+    s.jobs[0] = {.w = w.wq, .x = s.a.data(), .y = q_out};
     s.jobs[1] = {.w = w.wk, .x = s.a.data(), .y = s.k.data()};
     s.jobs[2] = {.w = w.wv, .x = s.a.data(), .y = s.v.data()};
     kernels::matvec_batch(pool_, s.jobs.data(), 3);
   } else {
-    product(pool_, w.wq, s.a.data(), n, s.q.data());
+    product(pool_, w.wq, s.a.data(), n, q_out);
     product(pool_, w.wk, s.a.data(), n, s.k.data());
     product(pool_, w.wv, s.a.data(), n, s.v.data());
+  }
+  if (gated) {
+    // Qwen3-Next / 3.5: q_proj rows are [query | gate] per head.
+    for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
+      for (size_t h = 0; h < heads; ++h) {
+        const float* src = &s.qg[(t * heads + h) * 2 * hd];
+        std::memcpy(&s.q[t * qw + h * hd], src, hd * sizeof(float));
+        std::memcpy(&s.attn_gate[t * qw + h * hd], src + hd, hd * sizeof(float));
+      }
+    }
   }
   const kernels::RmsNormParams norm{.eps = cfg_.rms_eps};
   const kernels::RopeParams rope{.style = kernels::RopeStyle::kNeox,
                                  .head_dim = hd,
                                  .rot_offset = 0,
-                                 .rot_dim = hd,
-                                 .theta = cfg_.rope_theta};
+                                 .rot_dim = static_cast<size_t>(cfg_.rotary_dim()),
+                                 .theta = cfg_.rope_theta,
+                                 .inv_freq = rope_scaled_ ? rope_inv_freq_.data() : nullptr,
+                                 .attention_factor = rope_factor_};
+  const float clip = cfg_.clip_qkv;
   for (int t = 0; t < n; ++t) {
     float* q = &s.q[static_cast<size_t>(t) * qw];
     float* k = &s.k[static_cast<size_t>(t) * kw];
@@ -203,6 +243,13 @@ void CpuBackend::attention_gqa(int l, int n, int pos0) {
     } else if (cfg_.qk_norm == QkNorm::kPerHead) {
       kernels::rmsnorm_rows(q, w.q_norm.data(), q, heads, hd, norm);
       kernels::rmsnorm_rows(k, w.k_norm.data(), k, kvh, hd, norm);
+    }
+    if (clip > 0.0f) {
+      // OLMoE clip_qkv: clamp after the q/k norms, before RoPE.
+      float* v = &s.v[static_cast<size_t>(t) * kw];
+      for (size_t i = 0; i < qw; ++i) q[i] = std::clamp(q[i], -clip, clip);
+      for (size_t i = 0; i < kw; ++i) k[i] = std::clamp(k[i], -clip, clip);
+      for (size_t i = 0; i < kw; ++i) v[i] = std::clamp(v[i], -clip, clip);
     }
     const auto pos = static_cast<size_t>(pos0 + t);
     kernels::rope(q, heads, pos, rope);
@@ -222,6 +269,10 @@ void CpuBackend::attention_gqa(int l, int n, int pos0) {
     kernels::attention_prefill(pool_, s.q.data(), qw, static_cast<size_t>(n),
                                static_cast<size_t>(pos0), kv_.k(l, 0), kv_.v(l, 0), s.attn.data(),
                                qw, ap);
+  }
+  if (gated) {
+    const size_t total = static_cast<size_t>(n) * qw;
+    for (size_t i = 0; i < total; ++i) s.attn[i] *= 1.0f / (1.0f + std::exp(-s.attn_gate[i]));
   }
   product(pool_, w.wo, s.attn.data(), n, s.o.data());
 }
@@ -263,12 +314,16 @@ void CpuBackend::attention_mla(int l, int n, int pos0) {
                                    .head_dim = qk,
                                    .rot_offset = nope,
                                    .rot_dim = rope_dim,
-                                   .theta = cfg_.rope_theta};
+                                   .theta = cfg_.rope_theta,
+                                   .inv_freq = rope_scaled_ ? rope_inv_freq_.data() : nullptr,
+                                   .attention_factor = rope_factor_};
   const kernels::RopeParams k_rope{.style = style,
                                    .head_dim = rope_dim,
                                    .rot_offset = 0,
                                    .rot_dim = rope_dim,
-                                   .theta = cfg_.rope_theta};
+                                   .theta = cfg_.rope_theta,
+                                   .inv_freq = rope_scaled_ ? rope_inv_freq_.data() : nullptr,
+                                   .attention_factor = rope_factor_};
   for (int t = 0; t < n; ++t) {
     const auto pos = static_cast<size_t>(pos0 + t);
     kernels::rope(&s.q[static_cast<size_t>(t) * heads * qk], heads, pos, q_rope);
@@ -404,6 +459,13 @@ void CpuBackend::moe(int l, int n, std::span<const ExpertCall> calls) {
   }
   if (w.shared.present()) {
     swiglu_block(w.shared, cfg_.shared_ffn, s.a.data(), n, s.shared.data());
+    if (!w.shared_gate.empty()) {
+      // Qwen3-Next / 3.5: shared expert output *= sigmoid(shared_expert_gate . x).
+      for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
+        const float g = kernels::dot(w.shared_gate.data(), &s.a[t * H], H);
+        kernels::scale(1.0f / (1.0f + std::exp(-g)), &s.shared[t * H], H);
+      }
+    }
     kernels::add(s.o.data(), s.shared.data(), s.o.data(), static_cast<size_t>(n) * H);
   }
   kernels::add(s.x.data(), s.o.data(), s.x.data(), static_cast<size_t>(n) * H);

@@ -1,6 +1,7 @@
 // The CPU compute backend: fp32 activations over F32 / BF16 / F16 weights used in place from the
 // mapped file, kernels from kernels/ (scalar reference + AVX2 / AVX-512 with runtime dispatch),
-// an f32 KV cache in RAM. Every buffer is sized at construction for `max_batch` tokens and the
+// an f32 KV cache in RAM, and for the hybrid families (Qwen3-Next, Qwen3.5-MoE) the recurrent
+// state of each Gated DeltaNet layer (gated_deltanet.hpp), reset when a sequence starts (pos 0). Every buffer is sized at construction for `max_batch` tokens and the
 // full context, so decoding allocates nothing.
 #pragma once
 
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "engine/backend.hpp"
+#include "engine/cpu/gated_deltanet.hpp"
 #include "engine/kv_cache.hpp"
 #include "kernels/kernels.hpp"
 #include "model/weights.hpp"
@@ -47,6 +49,14 @@ class CpuBackend final : public ComputeBackend {
   kernels::ThreadPool pool_;
   KvCache kv_;
   std::unique_ptr<Scratch> s_;
+  // RoPE frequencies from the config (YaRN / partial rotary) and the cos/sin factor.
+  std::vector<float> rope_inv_freq_;
+  float rope_factor_ = 1.0f;
+  bool rope_scaled_ = false;
+  // Hybrid families: one recurrent state per Gated DeltaNet layer (empty for the others; zeroed
+  // when a sequence starts, i.e. at position 0) and the block that runs them.
+  std::vector<LinearAttnState> linear_state_;
+  std::unique_ptr<GatedDeltaNet> gdn_;
 };
 
 }  // namespace steermoe::engine

@@ -647,8 +647,27 @@ std::string cuda_device_summary() {
                      prop.major, prop.minor, gib(total_b), gib(free_b));
 }
 
+// What the CUDA backend does not implement (yet), or empty: such models are an error, never a
+// silently different forward pass.
+std::string unsupported(const model::ModelConfig& c) {
+  if (c.family == Family::kQwen3Next || c.family == Family::kQwen35Moe || !c.linear_layer.empty())
+    return "a hybrid model (Gated DeltaNet layers)";
+  if (c.rope_scaling.kind != model::RopeScalingKind::kNone) return "RoPE scaling (YaRN)";
+  if (c.family != Family::kDeepseekV3 && c.rope_dim != 0 && c.rope_dim != c.head_dim)
+    return "partial rotary embeddings";
+  if (c.clip_qkv != 0.0f) return "clip_qkv";
+  if (c.attn_output_gate) return "gated attention output";
+  if (c.shared_expert_gate) return "a gated shared expert";
+  return "";
+}
+
 std::unique_ptr<ComputeBackend> make_cuda_backend(const model::Model& model,
                                                   const CudaBackendParams& params) {
+  if (const std::string u = unsupported(model.config()); !u.empty())
+    fail(model.path().string(), "architecture",
+         "expected a model the CUDA backend implements (OLMoE, Qwen3-MoE, DeepSeek-V3 without "
+         "RoPE scaling), found {}; use --backend cpu",
+         u);
   std::string why;
   if (!cuda_backend_available(&why))
     fail("--backend", "cuda", "expected a usable CUDA backend, found {}", why);
