@@ -3,7 +3,8 @@
 set -euo pipefail
 PKGS=(cmake ninja-build g++ clang libclang-rt-14-dev libgtest-dev libgmock-dev libbenchmark-dev
       nlohmann-json3-dev libcli11-dev libfmt-dev libpcre2-dev liburing-dev pkg-config python3
-      python3-dev python3-numpy python3-scipy python3-matplotlib pybind11-dev)
+      python3-dev python3-numpy python3-scipy python3-matplotlib pybind11-dev
+      libcpp-httplib-dev python3-jinja2)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Installs what steermoe needs, builds it, and runs the main job on the shipped default model:
 # the small trained OLMoE-architecture MoE (models/steer-olmoe-tiny) continuing a prompt with
-# prefetch-steered routing on a logical expert cache of 32 of 64 experts per layer (50%
-# residency). The weights all sit in RAM: on the CPU engine the cache is logical (it decides
-# routing and which copies an offloading backend would make), not a physical offload.
+# prefetch-steered routing on a cache of 32 of 64 experts per layer (50% residency), its experts
+# read from the model file into the cache slots with O_DIRECT (`--link disk`; LINK=resident
+# keeps them in place, LINK=emulated:16,10 emulates a PCIe link). The text is the same whatever
+# the link: only latency changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
@@ -11,4 +12,4 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$(nproc)" --target steermoe
 MODEL=models/steer-olmoe-tiny
 ./build/steermoe run -m "$MODEL" -p "${PROMPT:-def read_config(path):}" -n "${N:-64}" \
-  --policy psr:lambda=0.3,n=1 --cache 32 --calib "$MODEL/calib.smcal"
+  --policy psr:lambda=0.3,n=1 --residency 0.5 --link "${LINK:-disk}" --calib "$MODEL/calib.smcal"

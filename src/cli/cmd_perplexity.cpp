@@ -42,6 +42,7 @@ void add_perplexity_command(CLI::App& root) {
     bool bos = false;
     EngineOptions engine;
     std::string scores;
+    std::string scores_task = "nll";
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -59,21 +60,23 @@ void add_perplexity_command(CLI::App& root) {
   cmd->add_option("--scores", o->scores,
                   "Also write per-window mean NLL as JSON lines {task: \"nll\", id: begin, score} "
                   "(input of `steermoe compare --scores`)");
+  cmd->add_option("--scores-task", o->scores_task, "Task name written in the --scores lines");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     const int cache = resolve_cache(o->engine, model->config());
     const std::string calib_path = calibration_path(o->engine, o->model);
     const std::optional<policy::Calibration> calibration =
         load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(),
+                        o->model);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
     const int bos = o->bos ? tok.bos().value_or(-1) : -1;
     if (o->bos && bos < 0) fail(o->model, "bos", "--bos given but the tokenizer has no BOS token");
     if (ids.size() < 2) fail(o->file, "text", "expected at least 2 tokens, found {}", ids.size());
-    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
-                                                calibration ? &*calibration : nullptr, o->threads,
-                                                o->window));
+    engine::Engine engine(
+        *model, engine_params(o->engine, o->engine.policy, cache,
+                              calibration ? &*calibration : nullptr, o->threads, o->window));
     const eval::PerplexityResult r =
         eval::perplexity(engine, model->config().vocab, ids,
                          {.window = o->window, .max_windows = o->max_windows, .bos = bos});
@@ -90,7 +93,8 @@ void add_perplexity_command(CLI::App& root) {
     if (!o->scores.empty()) {
       std::ofstream out(o->scores, std::ios::binary | std::ios::trunc);
       for (const eval::WindowNll& w : r.windows)
-        out << nlohmann::json{{"task", "nll"}, {"id", w.begin}, {"score", w.nll}}.dump() << "\n";
+        out << nlohmann::json{{"task", o->scores_task}, {"id", w.begin}, {"score", w.nll}}.dump()
+            << "\n";
       out.close();
       if (!out) fail(o->scores, "write", "could not write the per-window scores");
     }

@@ -15,7 +15,10 @@ void add_all_commands(CLI::App& root) {
   add_perplexity_command(root);
   add_replay_command(root);
   add_run_command(root);
+  add_score_command(root);
+  add_serve_command(root);
   add_sim_command(root);
+  add_sweep_command(root);
   add_tokenize_command(root);
   add_trace_command(root);
   add_trace_synth_command(root);

@@ -1,6 +1,7 @@
 #include "cli/engine_options.hpp"
 
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 
 #include "common/error.hpp"
@@ -106,6 +107,14 @@ engine::EngineParams engine_params(const EngineOptions& o, const std::string& po
                                    const policy::Calibration* calibration, int threads,
                                    int context) {
   (void)engine::link_kind(o.link);  // a bad --link is reported before any work
+  static bool warned = false;
+  if (!warned && policy::parse_policy(policy).physical) {
+    warned = true;
+    std::fprintf(stderr,
+                 "steermoe: warning: '%s' is the physical: demonstration mode: routing reads the "
+                 "copies the scheduler issued, so the output depends on copy timing\n",
+                 policy.c_str());
+  }
   return {.threads = threads,
           .context = context,
           .policy = policy,

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "common/error.hpp"
 
@@ -66,12 +67,22 @@ json num_or_null(double v) {
 std::vector<ScoreItem> read_scores_jsonl(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "open", "expected a readable JSON-lines file of {{task, id, score}}");
+  std::ostringstream text;
+  text << in.rdbuf();
+  return parse_scores_jsonl(text.str(), path);
+}
+
+std::vector<ScoreItem> parse_scores_jsonl(std::string_view text, const std::string& where_file) {
   std::vector<ScoreItem> items;
   std::set<std::pair<std::string, std::string>> seen;
-  std::string line;
-  for (int64_t no = 1; std::getline(in, line); ++no) {
+  size_t pos = 0;
+  for (int64_t no = 1; pos < text.size(); ++no) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string_view::npos) end = text.size();
+    const std::string line(text.substr(pos, end - pos));
+    pos = end + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    const std::string where = fmt::format("{}:{}", path, no);
+    const std::string where = fmt::format("{}:{}", where_file, no);
     const json j = parse_line(line, where);
     for (const char* key : {"task", "id", "score"})
       if (!j.contains(key)) fail(where, key, "expected the field (each line: task, id, score)");

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "eval/stats.hpp"
@@ -22,6 +23,8 @@ struct ScoreItem {
 // Reads JSON lines {"task": str, "id": str|int, "score": number|bool}; blank lines skipped.
 // Duplicated (task, id) is an error naming the line.
 std::vector<ScoreItem> read_scores_jsonl(const std::string& path);
+// The same from text in memory; `where` names the input in messages (fuzzing, tests).
+std::vector<ScoreItem> parse_scores_jsonl(std::string_view text, const std::string& where);
 
 // Reads an lm-evaluation-harness --log_samples output folder (searched recursively):
 // samples_<task>_<date>.jsonl, one line per (doc_id, filter) with the per-sample metrics at the

@@ -5,15 +5,14 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "engine/logprob.hpp"
 
 namespace steermoe::eval {
 
+// The one teacher-forced log-softmax (engine/logprob.hpp), shared with `steermoe score` and the
+// server's echo + logprobs so that all of them agree bit for bit.
 double token_nll(std::span<const float> logits, int32_t target) {
-  float max_logit = logits[0];
-  for (float v : logits) max_logit = std::max(max_logit, v);
-  double sum = 0.0;
-  for (float v : logits) sum += std::exp(static_cast<double>(v) - max_logit);
-  return std::log(sum) + max_logit - logits[static_cast<size_t>(target)];
+  return engine::token_nll(logits, target);
 }
 
 PerplexityResult perplexity(engine::Engine& engine, int vocab, std::span<const int32_t> ids,

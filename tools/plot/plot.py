@@ -42,6 +42,28 @@ def parse_policy(policy):
     return name, keys
 
 
+# Defaults of every policy key (README "Policy strings"); a key at its default is dropped so that
+# "psr:lambda=0.30,n=1" and the canonical "psr:lambda=0.3,n=1,evict=a" name one configuration.
+_DEFAULTS = {"exact": {"evict": "lru", "n": "0", "j": "0", "range": "fixed"},
+             "cacheprior": {"evict": "lru", "n": "0", "j": "0", "range": "fixed"},
+             "psr": {"evict": "a", "n": "1", "j": "0", "range": "fixed"},
+             "spec": {"evict": "a", "n": "1", "j": "0", "range": "fixed"}}
+
+
+def policy_key(policy):
+    """A normalized, hashable form of a policy string for matching across files."""
+    name, keys = parse_policy(policy)
+    norm = {}
+    for k, v in keys.items():
+        try:
+            v = repr(float(v)) if k in ("lambda",) else str(int(v)) if k in ("n", "w", "j") else v
+        except ValueError:
+            pass
+        if _DEFAULTS.get(name, {}).get(k) != v:
+            norm[k] = v
+    return name + ":" + ",".join(f"{k}={norm[k]}" for k in sorted(norm))
+
+
 def label(policy, cache=None):
     name, k = parse_policy(policy)
     if name == "exact":
@@ -84,7 +106,7 @@ def bench_configs(paths):
         if doc.get("schema") != "steermoe.bench/1":
             sys.exit(f"{path}: schema: expected \"steermoe.bench/1\", found {doc.get('schema')!r}")
         for c in doc["configurations"]:
-            out[(c["policy"], c.get("cache", 0))] = c
+            out[(policy_key(c["policy"]), c.get("cache", 0))] = c
     return out
 
 
@@ -118,7 +140,7 @@ def cmd_frontier(args):
         if doc.get("schema") != "steermoe.kl/1":
             sys.exit(f"{path}: schema: expected \"steermoe.kl/1\", found {doc.get('schema')!r}")
         for c in doc["configurations"]:
-            kl[(c["policy"], c.get("cache", 0))] = c
+            kl[(policy_key(c["policy"]), c.get("cache", 0))] = c
     fig, ax = plt.subplots(figsize=FIGSIZE)
     pts, names = [], []
     resident = [c for c in bench.values() if c.get("resident")]
@@ -242,7 +264,7 @@ def cmd_scatter(args):
     for path in args.sim:
         doc = load(path)
         for r in doc["results"]:
-            key = (r["policy"], doc["cache_slots"])
+            key = (policy_key(r["policy"]), doc["cache_slots"])
             if key not in bench:
                 continue
             m, lo, hi = mean_interval(round_means(bench[key]))

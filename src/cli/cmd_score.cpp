@@ -1,0 +1,114 @@
+// `steermoe score`: the engine's own log-likelihood of continuations given contexts, split into
+// tokens the way lm-evaluation-harness does (context tokens, then the rest of the whole string's
+// tokens). Each line of the input is {"context": ..., "continuation": ...}; each output line is
+// {"loglikelihood": sum of the continuation's token log-probabilities (in order, in double),
+// "is_greedy": every continuation token is the argmax, "tokens": continuation token count}.
+// The log-probabilities are engine::token_logprob, the function behind `steermoe perplexity`
+// and the server's echo + logprobs, so the three agree bit for bit.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
+#include "common/error.hpp"
+#include "engine/engine.hpp"
+#include "engine/logprob.hpp"
+#include "engine/sampler.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+
+void add_score_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    std::string requests;
+    int threads = 1;
+    int context = 0;
+    EngineOptions engine;
+  };
+  auto o = std::make_shared<Options>();
+  CLI::App* cmd = root.add_subcommand(
+      "score", "Log-likelihood of continuations given contexts (JSON lines in, JSON lines out)");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("-f,--requests", o->requests,
+                  "JSON lines: {\"context\": ..., \"continuation\": ...}")
+      ->required();
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
+      ->check(CLI::Range(0, 1 << 22));
+  add_engine_options(cmd, o->engine);
+  cmd->final_callback([o] {
+    auto model = model::Model::load(o->model);
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
+                                                calibration ? &*calibration : nullptr, o->threads,
+                                                o->context));
+    std::ifstream in(o->requests);
+    if (!in) fail(o->requests, "open", "expected a readable JSON-lines file");
+    const auto V = static_cast<size_t>(model->config().vocab);
+    const tokenizer::EncodeOptions enc{.parse_special = true, .add_special = false};
+    std::vector<float> logits;
+    std::string line;
+    for (int lineno = 1; std::getline(in, line); ++lineno) {
+      if (line.empty()) continue;
+      const auto j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_discarded() || !j.is_object() || !j.contains("context") ||
+          !j.contains("continuation") || !j["context"].is_string() ||
+          !j["continuation"].is_string()) {
+        fail(o->requests, fmt::format("line {}", lineno),
+             "expected {{\"context\": string, \"continuation\": string}}");
+      }
+      std::string context = j["context"], continuation = j["continuation"];
+      // lm-eval's _encode_pair: trailing spaces of the context move to the continuation.
+      size_t spaces = 0;
+      while (spaces < context.size() && context[context.size() - 1 - spaces] == ' ') ++spaces;
+      if (spaces > 0) {
+        continuation = context.substr(context.size() - spaces) + continuation;
+        context.resize(context.size() - spaces);
+      }
+      std::vector<int32_t> ctx, cont;
+      if (context.empty()) {
+        if (!tok.eos()) fail(o->model, "eos", "an empty context needs an end-of-text token");
+        ctx = {*tok.eos()};
+        cont = tok.encode(continuation, enc);
+      } else {
+        const auto whole = tok.encode(context + continuation, enc);
+        ctx = tok.encode(context, enc);
+        cont.assign(whole.begin() + static_cast<ptrdiff_t>(std::min(ctx.size(), whole.size())),
+                    whole.end());
+      }
+      std::vector<int32_t> ids = ctx;
+      ids.insert(ids.end(), cont.begin(), cont.end());
+      if (cont.empty() || static_cast<int>(ids.size()) > engine.context()) {
+        fail(o->requests, fmt::format("line {}", lineno),
+             "expected a continuation of 1 or more tokens within the context of {}, found {} + {}",
+             engine.context(), ctx.size(), cont.size());
+      }
+      engine.reset();
+      logits.resize(ids.size() * V);
+      engine.prefill(ids, logits);
+      double sum = 0.0;
+      bool greedy = true;
+      for (size_t i = ctx.size(); i < ids.size(); ++i) {
+        const std::span<const float> row(logits.data() + (i - 1) * V, V);
+        sum += engine::token_logprob(row, ids[i]);
+        greedy = greedy && engine::argmax(row) == ids[i];
+      }
+      nlohmann::json out{{"loglikelihood", sum}, {"is_greedy", greedy}, {"tokens", cont.size()}};
+      std::printf("%s\n", out.dump().c_str());
+    }
+  });
+}
+
+}  // namespace steermoe::cli

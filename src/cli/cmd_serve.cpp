@@ -1,0 +1,124 @@
+// `steermoe serve`: the OpenAI-compatible HTTP server (src/server/). This file only maps flags.
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "cli/commands.hpp"
+#include "cli/engine_options.hpp"
+#include "common/error.hpp"
+#include "server/http_server.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::cli {
+
+namespace {
+
+// SIGINT/SIGTERM only set a flag (async-signal-safe); a watcher thread stops the server.
+volatile std::sig_atomic_t g_stop = 0;
+
+void on_signal(int) {
+  g_stop = 1;
+}
+
+std::string read_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, flag, "expected a readable file");
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& root) {
+  struct Options {
+    std::string model;
+    server::ServerOptions server;
+    EngineOptions engine;
+    int threads = 1;
+    int context = 0;
+    std::string chat_template_file;
+    std::string name;
+    size_t max_body_mb = 8;
+  };
+  auto o = std::make_shared<Options>();
+  server::ServerOptions& s = o->server;
+  CLI::App* cmd = root.add_subcommand(
+      "serve", "OpenAI-compatible HTTP server (/v1/completions, /v1/chat/completions, ...)");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("--host", s.host, "Address to bind (loopback by default)");
+  cmd->add_option("--port", s.port, "Port (0: any free port, printed at start)")
+      ->check(CLI::Range(0, 65535));
+  cmd->add_option("--api-key", s.api_key,
+                  "Require 'Authorization: Bearer KEY' on every endpoint but /health");
+  cmd->add_option("-t,--threads", o->threads, "Engine threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
+      ->check(CLI::Range(0, 1 << 22));
+  add_engine_options(cmd, o->engine);  // the default policy; a request may pick its own
+  cmd->add_option("--queue", s.worker.queue_capacity,
+                  "Requests that may wait for the engine; more get 503 + Retry-After")
+      ->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-body-mb", o->max_body_mb, "Largest request body in MiB (larger: 413)")
+      ->check(CLI::Range(1, 1024));
+  cmd->add_option("--timeout", s.read_timeout_s,
+                  "Seconds a client may stay silent mid-request (read and write timeout)")
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--http-threads", s.http_threads, "Connection threads (0: queue + 8)")
+      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--chat-template", o->chat_template_file,
+                  "Jinja chat template file (overrides the model's)");
+  cmd->add_option("--name", o->name, "Model name reported by /v1/models (default: folder name)");
+  cmd->add_flag("--quiet", s.quiet, "No request log on stderr");
+  cmd->final_callback([o] {
+    server::ServerOptions& so = o->server;
+    auto model = model::Model::load(o->model);
+    const int cache = resolve_cache(o->engine, model->config());
+    const std::string calib_path = calibration_path(o->engine, o->model);
+    const std::optional<policy::Calibration> calibration =
+        load_calibration(calib_path, model->config());
+    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(),
+                        o->model);
+    // Per-request policies use the same calibration (the model's calib.smcal by default).
+    so.worker.engine = engine_params(o->engine, o->engine.policy, cache,
+                                     calibration ? &*calibration : nullptr, o->threads, o->context);
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
+    so.write_timeout_s = so.read_timeout_s;
+    so.max_body_bytes = o->max_body_mb << 20;
+    so.chat_template = o->chat_template_file.empty()
+                           ? tok.vocabulary().chat_template
+                           : read_file(o->chat_template_file, "--chat-template");
+    so.model_name =
+        !o->name.empty() ? o->name : std::filesystem::path(o->model).filename().string();
+    if (so.model_name.empty())
+      so.model_name = std::filesystem::path(o->model).parent_path().filename().string();
+    server::HttpServer srv(*model, tok, so);
+    const int port = srv.bind();
+    std::fprintf(stderr, "steermoe serve: http://%s:%d (model %s, policy %s, cache %d)\n",
+                 so.host.c_str(), port, so.model_name.c_str(), so.worker.engine.policy.c_str(),
+                 so.worker.engine.cache_slots);
+    std::fprintf(stdout, "listening on port %d\n", port);
+    std::fflush(stdout);
+    std::signal(SIGINT, on_signal);
+    std::signal(SIGTERM, on_signal);
+    std::atomic<bool> served{false};
+    std::thread watcher([&] {
+      while (!served.load() && g_stop == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      if (g_stop != 0) srv.stop();
+    });
+    srv.serve();
+    served = true;
+    watcher.join();
+  });
+}
+
+}  // namespace steermoe::cli

@@ -1,0 +1,195 @@
+#include "server/generation.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+
+#include "common/error.hpp"
+#include "engine/logprob.hpp"
+#include "engine/sampler.hpp"
+#include "schedule/offload_step.hpp"
+#include "schedule/scheduler.hpp"
+#include "server/utf8.hpp"
+
+namespace steermoe::server {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+// The copies so far: the link's transfer scheduler when the engine has one (--link sim:,
+// emulated:, disk), else the engine's logical insertion counters (resident: none are made).
+CopyCounters read_copy_counters(const engine::Engine& engine) {
+  if (const schedule::TransferScheduler* sched = engine.offload().scheduler()) {
+    return {sched->totals().demand, sched->totals().prefetch_enqueued};
+  }
+  return {engine.counters().demand, engine.counters().prefetch};
+}
+
+ScoredToken score(std::span<const float> logits, int32_t id, int n_top,
+                  std::vector<int32_t>& scratch) {
+  ScoredToken t;
+  t.id = id;
+  const double norm = engine::log_normalizer(logits);
+  t.logprob = engine::token_logprob(norm, logits, id);
+  engine::top_tokens(logits, n_top, scratch);
+  bool has_self = false;
+  for (int32_t alt : scratch) {
+    t.top.emplace_back(alt, engine::token_logprob(norm, logits, alt));
+    has_self = has_self || alt == id;
+  }
+  if (!has_self) t.top.emplace_back(id, *t.logprob);
+  return t;
+}
+
+}  // namespace
+
+size_t find_stop(const std::string& text, const std::vector<std::string>& stops, size_t from) {
+  size_t best = std::string::npos;
+  for (const std::string& s : stops) {
+    if (s.empty()) continue;
+    const size_t p = text.find(s, from);
+    if (p != std::string::npos && p < best) best = p;
+  }
+  return best;
+}
+
+size_t stop_holdback(const std::string& text, const std::vector<std::string>& stops) {
+  size_t hold = 0;
+  for (const std::string& s : stops) {
+    const size_t max_len = std::min(s.size() - (s.empty() ? 0 : 1), text.size());
+    for (size_t len = max_len; len > hold; --len) {
+      if (text.compare(text.size() - len, len, s, 0, len) == 0) {
+        hold = len;
+        break;
+      }
+    }
+  }
+  return hold;
+}
+
+void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job) {
+  const auto t_start = Clock::now();
+  const SamplingOptions& o = job.options;
+  try {
+    const auto V = static_cast<size_t>(engine.config().vocab);
+    const std::vector<int32_t>& prompt = job.prompt;
+    SM_ASSERT(!prompt.empty() && chunk > 0);
+    std::vector<int32_t> scratch;
+    engine.reset();
+    const CopyCounters copies_before = read_copy_counters(engine);
+
+    // Prompt: one prefill, or chunks with every position's logits when the prompt is scored.
+    std::vector<float> last(V);
+    if (o.echo && o.logprobs >= 0) {
+      std::vector<ScoredToken> scored(prompt.size());
+      scored[0].id = prompt[0];
+      std::vector<float> rows(static_cast<size_t>(chunk) * V);
+      for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
+        if (job.cancelled.load()) break;
+        const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
+        std::span<float> out(rows.data(), n * V);
+        engine.prefill(std::span<const int32_t>(prompt).subspan(begin, n), out);
+        for (size_t i = 0; i < n; ++i) {
+          const size_t pos = begin + i;  // row pos predicts prompt[pos + 1]
+          std::span<const float> row = out.subspan(i * V, V);
+          if (pos + 1 < prompt.size()) {
+            scored[pos + 1] = score(row, prompt[pos + 1], o.logprobs, scratch);
+          } else {
+            std::copy(row.begin(), row.end(), last.begin());
+          }
+        }
+      }
+      std::lock_guard lock(job.mu);
+      job.prompt_tokens = std::move(scored);
+    } else {
+      std::span<const float> l = engine.prefill(prompt);
+      std::copy(l.begin(), l.end(), last.begin());
+    }
+    {
+      std::lock_guard lock(job.mu);
+      job.prompt_ms = ms_since(t_start);
+    }
+    job.changed.notify_all();
+
+    // Generation.
+    const int room = engine.context() - static_cast<int>(prompt.size());
+    const int max_new = std::max(0, std::min(o.max_tokens, room));
+    const std::optional<int32_t> eos = tok.eos();
+    engine::Sampler sampler(static_cast<int>(V),
+                            {.temperature = o.temperature, .top_p = o.top_p, .seed = o.seed});
+    size_t max_stop = 0;
+    for (const std::string& s : o.stop) max_stop = std::max(max_stop, s.size());
+    std::span<const float> logits(last);
+    std::string finish = "length";  // max_tokens reached, or the context is full
+    const auto t_decode = Clock::now();
+    int decoded = 0;
+    for (int i = 0; i < max_new; ++i) {
+      if (job.cancelled.load()) {
+        finish = "cancelled";
+        break;
+      }
+      const int32_t id = sampler.sample(logits);
+      if (!o.ignore_eos && eos && id == *eos) {
+        finish = "stop";
+        break;
+      }
+      ScoredToken t;
+      if (o.logprobs >= 0) {
+        t = score(logits, id, o.logprobs, scratch);
+      } else {
+        t.id = id;
+      }
+      bool stopped = false;
+      {
+        std::lock_guard lock(job.mu);
+        const size_t before = job.text.size();
+        job.text += tok.token_bytes(id);
+        job.generated.push_back(std::move(t));
+        const size_t from = before >= max_stop ? before - max_stop + 1 : 0;
+        const size_t at = o.stop.empty() ? std::string::npos : find_stop(job.text, o.stop, from);
+        if (at != std::string::npos) {
+          job.text.resize(at);
+          stopped = true;
+        }
+        size_t safe = job.text.size();
+        if (!stopped) {
+          safe -= stop_holdback(job.text, o.stop);
+          safe = complete_prefix(std::string_view(job.text).substr(0, safe));
+        }
+        job.safe_bytes = std::max(job.safe_bytes, safe);
+        job.safe_tokens = job.generated.size();
+      }
+      job.changed.notify_all();
+      if (stopped) {
+        finish = "stop";
+        break;
+      }
+      if (i + 1 < max_new) {
+        logits = engine.decode(id);
+        ++decoded;
+      }
+    }
+    const CopyCounters copies_after = read_copy_counters(engine);
+    std::lock_guard lock(job.mu);
+    job.decode_ms = ms_since(t_decode);
+    job.decoded = decoded;
+    job.copies = {copies_after.demand - copies_before.demand,
+                  copies_after.prefetch - copies_before.prefetch};
+    job.finish_reason = finish;
+    job.safe_bytes = job.text.size();
+    job.safe_tokens = job.generated.size();
+    job.done = true;
+  } catch (const std::exception& e) {
+    std::lock_guard lock(job.mu);
+    job.error = e.what();
+    job.done = true;
+  }
+  job.changed.notify_all();
+}
+
+}  // namespace steermoe::server

@@ -1,0 +1,54 @@
+// `steermoe serve`: the OpenAI-compatible HTTP server (cpp-httplib) around one engine worker.
+//
+// Entry point: HttpServer. Endpoints: POST /v1/completions, POST /v1/chat/completions,
+// GET /v1/models, GET /health, POST /tokenize, POST /detokenize, GET /tokenizer_info,
+// GET /metrics. See src/server/README.md.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "model/weights.hpp"
+#include "server/worker.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::server {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;                   // 0: any free port (bind() returns it)
+  std::string api_key;               // non-empty: every endpoint but /health needs Bearer KEY
+  size_t max_body_bytes = 8u << 20;  // larger bodies: 413
+  int read_timeout_s = 10;           // a client silent this long mid-request is dropped
+  int write_timeout_s = 10;
+  int http_threads = 0;       // 0: queue capacity + 8
+  std::string model_name;     // reported by /v1/models and in responses
+  std::string chat_template;  // Jinja source; empty: ChatML fallback (with a warning)
+  bool quiet = false;         // no request log on stderr
+  WorkerOptions worker;
+};
+
+class HttpServer {
+ public:
+  // Builds the worker (default engine) and parses the chat template; throws steermoe::Error.
+  HttpServer(const model::Model& model, const tokenizer::Tokenizer& tok, ServerOptions options);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds the listening socket; returns the port (useful with port 0). Throws on failure.
+  int bind();
+  // Serves until stop(); call after bind().
+  void serve();
+  void stop();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// ChatML, used when the model has no chat template.
+extern const char* const kChatMlTemplate;
+
+}  // namespace steermoe::server

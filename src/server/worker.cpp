@@ -1,0 +1,129 @@
+#include "server/worker.hpp"
+
+#include <chrono>
+
+#include "common/error.hpp"
+
+namespace steermoe::server {
+
+Worker::Worker(const model::Model& model, const tokenizer::Tokenizer& tok,
+               const WorkerOptions& options)
+    : model_(model), tok_(tok), options_(options), spec_(engine::router_spec(model.config())) {
+  default_policy_ = check_policy(options_.engine.policy, options_.engine.cache_slots);
+  default_engine_ = std::make_unique<engine::Engine>(model_, options_.engine);
+  context_ = default_engine_->context();
+  thread_ = std::thread([this] { loop(); });
+}
+
+Worker::~Worker() {
+  stop();
+}
+
+void Worker::stop() {
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ && !thread_.joinable()) return;
+    stopping_ = true;
+    for (auto& request : queue_)
+      for (auto& job : request) job->cancelled = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string Worker::check_policy(const std::string& policy, int cache_slots) const {
+  const policy::PolicyConfig config = policy::parse_policy(policy);
+  const int slots = cache_slots > 0 ? cache_slots : spec_.experts;
+  policy::validate(config, spec_, slots);
+  return config.to_string();
+}
+
+bool Worker::submit(std::vector<std::shared_ptr<Job>> jobs) {
+  SM_ASSERT(!jobs.empty());
+  {
+    std::lock_guard lock(mu_);
+    if (stopping_ || queue_.size() >= options_.queue_capacity) return false;
+    queue_.push_back(std::move(jobs));
+  }
+  cv_.notify_one();
+  return true;
+}
+
+size_t Worker::queue_depth() const {
+  std::lock_guard lock(mu_);
+  return queue_.size();
+}
+
+bool Worker::busy() const {
+  std::lock_guard lock(mu_);
+  return running_job_;
+}
+
+engine::Engine& Worker::engine_for(const Job& job, std::string& policy_used, int& cache_used) {
+  const std::string policy = job.policy.empty() ? options_.engine.policy : job.policy;
+  const int cache = job.cache_slots < 0 ? options_.engine.cache_slots : job.cache_slots;
+  cache_used = cache > 0 ? cache : spec_.experts;
+  if (policy == options_.engine.policy && cache == options_.engine.cache_slots) {
+    policy_used = default_policy_;
+    return *default_engine_;
+  }
+  policy_used = check_policy(policy, cache);
+  const std::string key = policy_used + "|" + std::to_string(cache);
+  if (!custom_engine_ || key != custom_key_) {
+    custom_engine_.reset();  // free the old one first
+    engine::EngineParams p = options_.engine;
+    p.policy = policy;
+    p.cache_slots = cache;
+    custom_engine_ = std::make_unique<engine::Engine>(model_, p);
+    custom_key_ = key;
+  }
+  return *custom_engine_;
+}
+
+void Worker::run(Job& job) {
+  if (job.cancelled.load()) {
+    std::lock_guard lock(job.mu);
+    job.finish_reason = "cancelled";
+    job.done = true;
+  } else {
+    std::string policy_used;
+    int cache_used = 0;
+    try {
+      engine::Engine& engine = engine_for(job, policy_used, cache_used);
+      {
+        std::lock_guard lock(job.mu);
+        job.started = true;
+        job.policy_used = policy_used;
+        job.cache_used = cache_used;
+        job.queue_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
+                                                                 job.submitted)
+                           .count();
+      }
+      run_job(engine, tok_, options_.engine.max_batch, job);
+    } catch (const std::exception& e) {
+      std::lock_guard lock(job.mu);
+      job.error = e.what();
+      job.done = true;
+    }
+  }
+  job.changed.notify_all();
+}
+
+void Worker::loop() {
+  for (;;) {
+    std::vector<std::shared_ptr<Job>> request;
+    {
+      std::unique_lock lock(mu_);
+      cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping
+      request = std::move(queue_.front());
+      queue_.pop_front();
+      running_job_ = true;
+    }
+    for (auto& job : request) run(*job);
+    std::lock_guard lock(mu_);
+    running_job_ = false;
+  }
+}
+
+}  // namespace steermoe::server

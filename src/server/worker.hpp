@@ -1,0 +1,71 @@
+// The engine worker: one thread, one request at a time (batch 1), a bounded FIFO queue in front.
+// It keeps the default engine (the server's --policy/--cache) and one engine for the last
+// per-request policy that differed from it, so alternating requests do not rebuild every time.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "engine/engine.hpp"
+#include "model/weights.hpp"
+#include "policy/config.hpp"
+#include "server/generation.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::server {
+
+struct WorkerOptions {
+  engine::EngineParams engine;  // defaults: policy, cache slots, threads, context, calibration
+  size_t queue_capacity = 16;   // requests waiting (not counting the one running)
+};
+
+class Worker {
+ public:
+  // Builds the default engine (throws steermoe::Error on a bad policy/cache) and starts the thread.
+  Worker(const model::Model& model, const tokenizer::Tokenizer& tok, const WorkerOptions& options);
+  ~Worker();
+  Worker(const Worker&) = delete;
+  Worker& operator=(const Worker&) = delete;
+
+  // Queues one request (its prompts run back to back, in order). False if the queue is full
+  // (the caller answers 503) or the worker is stopping.
+  bool submit(std::vector<std::shared_ptr<Job>> jobs);
+  size_t queue_depth() const;
+  bool busy() const;
+  void stop();
+
+  int context() const { return context_; }
+  const engine::EngineParams& defaults() const { return options_.engine; }
+
+  // Checks a per-request policy and cache size against the model without building an engine.
+  // Returns the canonical policy string; throws steermoe::Error with a clear message.
+  std::string check_policy(const std::string& policy, int cache_slots) const;
+
+ private:
+  void loop();
+  void run(Job& job);
+  engine::Engine& engine_for(const Job& job, std::string& policy_used, int& cache_used);
+
+  const model::Model& model_;
+  const tokenizer::Tokenizer& tok_;
+  WorkerOptions options_;
+  int context_ = 0;
+  policy::RouterSpec spec_;
+  std::unique_ptr<engine::Engine> default_engine_;
+  std::string default_policy_;
+  std::unique_ptr<engine::Engine> custom_engine_;
+  std::string custom_key_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::vector<std::shared_ptr<Job>>> queue_;
+  bool running_job_ = false;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+}  // namespace steermoe::server

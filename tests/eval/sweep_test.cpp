@@ -1,0 +1,77 @@
+// steermoe sweep on the shipped model with tiny settings: every (policy, cache) point gets its
+// kl and bench JSON, the merged kl.json / bench.json have one configuration per point (plus the
+// all-resident floor), a rerun recomputes nothing, and other options in the same folder are an
+// error naming the option.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "test_util.hpp"
+
+namespace steermoe::eval {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+json read(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+TEST(Sweep, RunsEveryPointMergesAndResumes) {
+  const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep";
+  fs::remove_all(dir);
+  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
+  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string args = "sweep -m " + model + " -f " + text +
+                           " --grid 'psr:lambda=0.2|0.3,n=1' exact:evict=lru --cache 32,16"
+                           " --rounds 2 --windows 1 --window-len 24 --max-windows 2 --plot none"
+                           " -o " +
+                           dir.string();
+  const auto first = testing::run_cli(args);
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_THAT(first.output, ::testing::HasSubstr("[13/13]"));  // 3 x 2 x (kl + bench) + floor
+  const json kl = read(dir / "kl.json"), bench = read(dir / "bench.json");
+  EXPECT_EQ(kl.at("schema"), "steermoe.kl/1");
+  EXPECT_EQ(bench.at("schema"), "steermoe.bench/1");
+  std::set<std::pair<std::string, int>> kl_points, bench_points;
+  for (const json& c : kl.at("configurations"))
+    kl_points.emplace(c.at("policy").get<std::string>(), c.at("cache").get<int>());
+  int resident = 0;
+  for (const json& c : bench.at("configurations")) {
+    if (c.at("resident").get<bool>()) {
+      ++resident;
+      continue;
+    }
+    bench_points.emplace(c.at("policy").get<std::string>(), c.at("cache").get<int>());
+    EXPECT_EQ(c.at("rounds").size(), 2u);
+  }
+  EXPECT_EQ(kl_points.size(), 6u);
+  EXPECT_EQ(bench_points.size(), 6u);
+  EXPECT_EQ(resident, 1);
+  for (const json& c : kl.at("configurations")) {
+    if (c.at("policy") == "exact:evict=lru") {
+      EXPECT_EQ(c.at("kl").at("mean").get<double>(), 0.0);
+    }
+  }
+
+  const auto again = testing::run_cli(args);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_THAT(again.output, ::testing::HasSubstr("13 points, 13 done earlier"));
+  EXPECT_EQ(read(dir / "kl.json"), kl);
+  EXPECT_EQ(read(dir / "bench.json"), bench);
+
+  std::string changed = args;
+  changed.replace(changed.find("--window-len 24"), 15, "--window-len 32");
+  const auto other = testing::run_cli(changed);
+  EXPECT_NE(other.status, 0);
+  EXPECT_THAT(other.output, ::testing::HasSubstr("window_len"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace steermoe::eval

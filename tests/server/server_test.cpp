@@ -1,0 +1,724 @@
+// `steermoe serve` end to end on loopback: the server runs in this process on a free port with
+// the shipped model (models/steer-olmoe-tiny); requests go through cpp-httplib's client.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/logprob.hpp"
+#include "server/http_server.hpp"
+#include "server/protocol.hpp"
+#include "server/utf8.hpp"
+#include "trace/calibration_file.hpp"
+
+namespace steermoe::server {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+const fs::path kModel = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny";
+
+struct Shared {
+  std::unique_ptr<model::Model> model;
+  std::unique_ptr<tokenizer::Tokenizer> tok;
+  std::unique_ptr<policy::Calibration> calib;
+};
+
+Shared& shared() {
+  static Shared s = [] {
+    Shared x;
+    x.model = model::Model::load(kModel);
+    x.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(kModel));
+    x.calib =
+        std::make_unique<policy::Calibration>(trace::read_calibration(kModel / "calib.smcal"));
+    return x;
+  }();
+  return s;
+}
+
+// A server on a free loopback port, serving on its own thread.
+class Running {
+ public:
+  explicit Running(ServerOptions o = {}) {
+    Shared& s = shared();
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.quiet = true;
+    o.model_name = "steer-olmoe-tiny";
+    o.worker.engine.calibration = s.calib.get();
+    server_ = std::make_unique<HttpServer>(*s.model, *s.tok, o);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->serve(); });
+  }
+  ~Running() {
+    server_->stop();
+    thread_.join();
+  }
+  int port() const { return port_; }
+  std::unique_ptr<httplib::Client> client(int timeout_s = 30) const {
+    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
+    c->set_read_timeout(timeout_s, 0);
+    c->set_write_timeout(timeout_s, 0);
+    c->set_connection_timeout(5, 0);
+    c->set_tcp_nodelay(true);
+    return c;
+  }
+
+ private:
+  std::unique_ptr<HttpServer> server_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+json post(const Running& r, const std::string& path, const json& body, int* status = nullptr) {
+  auto c = r.client();
+  auto res = c->Post(path, dump(body), "application/json");
+  EXPECT_TRUE(res) << "no response from " << path;
+  if (!res) return json();
+  if (status) *status = res->status;
+  return json::parse(res->body);
+}
+
+std::vector<int32_t> ids_of(const std::string& text) {
+  return shared().tok->encode(text, {.parse_special = false});
+}
+
+// The engine's own teacher-forced log-probabilities (steermoe perplexity's computation).
+std::vector<double> engine_logprobs(const std::vector<int32_t>& ids, const std::string& policy,
+                                    int cache) {
+  Shared& s = shared();
+  engine::Engine e(*s.model,
+                   {.policy = policy, .cache_slots = cache, .calibration = s.calib.get()});
+  const auto V = static_cast<size_t>(s.model->config().vocab);
+  std::vector<float> logits(ids.size() * V);
+  e.prefill(ids, logits);
+  std::vector<double> out;
+  for (size_t i = 0; i + 1 < ids.size(); ++i) {
+    out.push_back(
+        engine::token_logprob(std::span<const float>(logits).subspan(i * V, V), ids[i + 1]));
+  }
+  return out;
+}
+
+const char* kText =
+    "The quick brown fox jumps over the lazy dog. Once upon a time there was a small town by the "
+    "sea, where the fishermen went out every morning before the sun rose over the hills.";
+
+// --- protocol (no HTTP) ---------------------------------------------------------------------
+
+TEST(ServerProtocol, PromptShapes) {
+  ProtocolLimits lim{.context = 256, .vocab = 4096};
+  const auto& tok = *shared().tok;
+  EXPECT_EQ(parse_completion({{"prompt", "hello"}}, tok, lim).prompts.size(), 1u);
+  EXPECT_EQ(parse_completion({{"prompt", {"a", "b", "c"}}}, tok, lim).prompts.size(), 3u);
+  auto r = parse_completion({{"prompt", {5, 6, 7}}}, tok, lim);
+  ASSERT_EQ(r.prompts.size(), 1u);
+  EXPECT_EQ(r.prompts[0], (std::vector<int32_t>{5, 6, 7}));
+  r = parse_completion({{"prompt", {{1, 2}, {3}}}}, tok, lim);
+  ASSERT_EQ(r.prompts.size(), 2u);
+  EXPECT_EQ(r.prompts[1], (std::vector<int32_t>{3}));
+}
+
+TEST(ServerProtocol, RejectsBadFieldsWithTheParam) {
+  ProtocolLimits lim{.context = 256, .vocab = 4096};
+  const auto& tok = *shared().tok;
+  auto param_of = [&](const json& body) {
+    try {
+      parse_completion(body, tok, lim);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"max_tokens", -1}}), "max_tokens");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"max_tokens", 1e30}}), "max_tokens");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"max_tokens", "5"}}), "max_tokens");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"max_tokens", 100000}}), "max_tokens");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"logprobs", 21}}), "logprobs");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"temperature", -0.5}}), "temperature");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"top_p", 0}}), "top_p");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"n", 2}}), "n");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"stop", {1, 2}}}), "stop");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"frobnicate", true}}), "frobnicate");
+  EXPECT_EQ(param_of({{"prompt", {1, 99999}}}), "prompt");
+  EXPECT_EQ(param_of({{"prompt", {1, -2}}}), "prompt");
+  EXPECT_EQ(param_of({{"prompt", json::array()}}), "prompt");
+  EXPECT_EQ(param_of({{"prompt", std::vector<int>(300, 1)}}), "prompt");  // over the context
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"steermoe", {{"polcy", "exact"}}}}), "steermoe.polcy");
+  EXPECT_EQ(param_of({{"max_tokens", 3}}), "prompt");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"max_tokens", 0}, {"echo", true}}), "<accepted>");
+}
+
+TEST(ServerProtocol, BodyChecks) {
+  ProtocolLimits lim{.context = 256, .vocab = 4096};
+  EXPECT_THROW(parse_body("{\"prompt\": ", lim), ApiError);
+  EXPECT_THROW(parse_body(std::string(100000, '[') + std::string(100000, ']'), lim), ApiError);
+  EXPECT_THROW(parse_body("{\"prompt\": \"\xff\xfe\"}", lim), ApiError);
+  EXPECT_NO_THROW(parse_body("{\"prompt\": \"[[[[{{{{\"}", lim));
+}
+
+TEST(ServerProtocol, Utf8Helpers) {
+  EXPECT_TRUE(valid_utf8("h\xc3\xa9llo \xf0\x9f\x99\x82"));
+  EXPECT_FALSE(valid_utf8("\xc3"));
+  EXPECT_FALSE(valid_utf8("\xed\xa0\x80"));  // surrogate
+  EXPECT_FALSE(valid_utf8("\xc0\xaf"));      // overlong
+  EXPECT_EQ(complete_prefix("ab\xf0\x9f\x99"), 2u);
+  EXPECT_EQ(complete_prefix("ab\xf0\x9f\x99\x82"), 6u);
+  EXPECT_EQ(complete_prefix("ab\xff"), 3u);
+  EXPECT_EQ(code_points("h\xc3\xa9"), 2u);
+  EXPECT_EQ(stop_holdback("hello wor", {"world"}), 3u);
+  EXPECT_EQ(find_stop("abc STOP def", {"STOP", "c S"}, 0), 2u);
+}
+
+// --- endpoints ------------------------------------------------------------------------------
+
+TEST(Server, EchoLogprobsEqualTheEngineBitForBit) {
+  Running r;
+  const std::vector<int32_t> ids = ids_of(kText);
+  ASSERT_GT(ids.size(), 20u);
+  const std::vector<double> expect = engine_logprobs(ids, "exact:evict=lru", 0);
+  // lm-eval's local-completions request: batched token-id prompts, echo, max_tokens 1, logprobs 1.
+  const std::vector<int32_t> shorter(ids.begin(), ids.begin() + 10);
+  const json body = {{"model", "steer-olmoe-tiny"},
+                     {"prompt", {ids, shorter}},
+                     {"max_tokens", 1},
+                     {"temperature", 0},
+                     {"logprobs", 1},
+                     {"seed", 1234},
+                     {"echo", true}};
+  int status = 0;
+  const json res = post(r, "/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  ASSERT_EQ(res["choices"].size(), 2u);
+  int greedy = 0;
+  for (size_t c = 0; c < 2; ++c) {
+    const json& lp = res["choices"][c]["logprobs"];
+    EXPECT_EQ(res["choices"][c]["index"], c);
+    const size_t n = c == 0 ? ids.size() : shorter.size();
+    ASSERT_EQ(lp["token_logprobs"].size(), n + 1);  // prompt + the generated token
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    for (size_t i = 1; i < n; ++i) {
+      const double got = lp["token_logprobs"][i].get<double>();
+      EXPECT_EQ(got, expect[i - 1]) << "position " << i;  // exact, through JSON
+      // The top entry is the identical float when the token is the argmax (lm-eval's is_greedy).
+      const json& top = lp["top_logprobs"][i];
+      double best = -1e300;
+      for (const auto& [k, v] : top.items()) best = std::max(best, v.get<double>());
+      EXPECT_LE(got, best);
+      // logprobs = 1: one entry when the token is the argmax (then the same float), else two.
+      if (top.size() == 1) {
+        EXPECT_EQ(top.begin().value().get<double>(), got);
+        ++greedy;
+      } else {
+        EXPECT_EQ(top.size(), 2u);
+        EXPECT_LT(got, best);
+      }
+    }
+    EXPECT_EQ(lp["text_offset"][0], 0);
+  }
+  EXPECT_GT(greedy, 0);
+  EXPECT_EQ(res["usage"]["prompt_tokens"], ids.size() + shorter.size());
+  EXPECT_EQ(res["usage"]["completion_tokens"], 2);
+}
+
+TEST(Server, PerRequestPolicyIsUsedAndReported) {
+  ServerOptions o;
+  Running r(o);
+  const std::vector<int32_t> ids = ids_of(kText);
+  const json body = {{"prompt", ids},
+                     {"max_tokens", 0},
+                     {"echo", true},
+                     {"logprobs", 0},
+                     {"steermoe", {{"policy", "psr:lambda=0.3,n=1"}, {"cache", 32}}}};
+  int status = 0;
+  const json res = post(r, "/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  EXPECT_EQ(res["steermoe"]["cache"], 32);
+  EXPECT_EQ(res["steermoe"]["policy"].get<std::string>().rfind("psr:lambda=0.3", 0), 0u)
+      << res["steermoe"]["policy"];
+  EXPECT_TRUE(res["steermoe"].contains("copies"));
+  EXPECT_TRUE(res["steermoe"].contains("ms_per_token"));
+  const std::vector<double> psr = engine_logprobs(ids, "psr:lambda=0.3,n=1", 32);
+  const std::vector<double> exact = engine_logprobs(ids, "exact:evict=lru", 0);
+  const json& lp = res["choices"][0]["logprobs"]["token_logprobs"];
+  ASSERT_EQ(lp.size(), ids.size());
+  bool differs = false;
+  for (size_t i = 1; i < ids.size(); ++i) {
+    EXPECT_EQ(lp[i].get<double>(), psr[i - 1]) << i;
+    differs = differs || psr[i - 1] != exact[i - 1];
+  }
+  EXPECT_TRUE(differs) << "PSR at 50% residency should change some scores";
+  // A bad policy is a 400 naming the field.
+  const json bad =
+      post(r, "/v1/completions",
+           {{"prompt", "x"}, {"steermoe", {{"policy", "psr:lambda=0.3"}, {"cache", 3}}}}, &status);
+  EXPECT_EQ(status, 400) << dump(bad);
+  EXPECT_EQ(bad["error"]["param"], "steermoe");
+}
+
+TEST(Server, CopiesComeFromTheLink) {
+  // With a simulated link the engine makes copies, and each response reports its own.
+  ServerOptions o;
+  o.worker.engine.link = "sim:rtx4090-olmoe";
+  o.worker.engine.policy = "exact:evict=lru";
+  o.worker.engine.cache_slots = 32;
+  Running r(o);
+  int status = 0;
+  json res = post(r, "/v1/completions",
+                  {{"prompt", "import os\n"}, {"max_tokens", 8}, {"temperature", 0}}, &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  EXPECT_GT(res["steermoe"]["copies"]["demand"].get<int64_t>(), 0) << dump(res["steermoe"]);
+  EXPECT_EQ(res["steermoe"]["copies"]["prefetch"], 0);  // exact LRU never prefetches
+  res = post(r, "/v1/completions",
+             {{"prompt", "import os\n"},
+              {"max_tokens", 8},
+              {"temperature", 0},
+              {"steermoe", {{"policy", "psr:lambda=0.3,n=1"}}}},
+             &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  EXPECT_GT(res["steermoe"]["copies"]["prefetch"].get<int64_t>(), 0) << dump(res["steermoe"]);
+  // Resident (the default): nothing is copied.
+  Running resident;
+  res = post(resident, "/v1/completions", {{"prompt", "import os\n"}, {"max_tokens", 4}}, &status);
+  EXPECT_EQ(res["steermoe"]["copies"]["demand"], 0);
+}
+
+std::string stream_text(const Running& r, const std::string& path, json body,
+                        std::vector<json>* events = nullptr) {
+  body["stream"] = true;
+  auto c = r.client();
+  std::string raw;
+  auto res = c->Post(path, dump(body), "application/json");
+  EXPECT_TRUE(res);
+  if (!res) return "";
+  EXPECT_EQ(res->status, 200) << res->body;
+  raw = res->body;
+  std::string text;
+  size_t pos = 0;
+  bool done = false;
+  while ((pos = raw.find("data: ", pos)) != std::string::npos) {
+    const size_t end = raw.find("\n\n", pos);
+    EXPECT_NE(end, std::string::npos);
+    const std::string data = raw.substr(pos + 6, end - pos - 6);
+    pos = end + 2;
+    if (data == "[DONE]") {
+      done = true;
+      continue;
+    }
+    EXPECT_FALSE(done) << "event after [DONE]";
+    const json ev = json::parse(data);
+    if (events) events->push_back(ev);
+    if (ev["choices"].empty()) continue;
+    const json& ch = ev["choices"][0];
+    if (ch.contains("text")) text += ch["text"].get<std::string>();
+    if (ch.contains("delta") && ch["delta"].contains("content")) {
+      text += ch["delta"]["content"].get<std::string>();
+    }
+  }
+  EXPECT_TRUE(done) << "no data: [DONE]";
+  return text;
+}
+
+TEST(Server, StreamingEqualsNonStreaming) {
+  Running r;
+  for (const json& extra :
+       {json{{"temperature", 0}}, json{{"temperature", 0.9}, {"seed", 7}, {"top_p", 0.9}},
+        json{{"temperature", 0}, {"stop", {" the", "."}}},
+        json{{"temperature", 0}, {"echo", true}, {"logprobs", 2}}}) {
+    json body = {{"prompt", "Once upon a time"}, {"max_tokens", 24}};
+    body.update(extra);
+    int status = 0;
+    const json once = post(r, "/v1/completions", body, &status);
+    ASSERT_EQ(status, 200) << dump(once);
+    std::vector<json> events;
+    const std::string streamed = stream_text(r, "/v1/completions", body, &events);
+    EXPECT_EQ(streamed, once["choices"][0]["text"].get<std::string>()) << dump(extra);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back()["choices"][0]["finish_reason"], once["choices"][0]["finish_reason"]);
+    if (extra.contains("logprobs")) {
+      // The streamed logprobs, concatenated, are the non-streamed ones.
+      json all = json::array();
+      for (const json& ev : events) {
+        const json& lp = ev["choices"][0]["logprobs"];
+        if (lp.is_null()) continue;
+        for (const json& x : lp["token_logprobs"]) all.push_back(x);
+      }
+      EXPECT_EQ(all, once["choices"][0]["logprobs"]["token_logprobs"]);
+    }
+  }
+  // Chat, streaming and not.
+  const json chat = {{"messages", {{{"role", "user"}, {"content", "Tell me a story."}}}},
+                     {"max_tokens", 20},
+                     {"temperature", 0}};
+  int status = 0;
+  const json once = post(r, "/v1/chat/completions", chat, &status);
+  ASSERT_EQ(status, 200) << dump(once);
+  EXPECT_EQ(once["object"], "chat.completion");
+  EXPECT_EQ(once["choices"][0]["message"]["role"], "assistant");
+  std::vector<json> events;
+  EXPECT_EQ(stream_text(r, "/v1/chat/completions", chat, &events),
+            once["choices"][0]["message"]["content"].get<std::string>());
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+}
+
+TEST(Server, ChatLogprobsAndTemplate) {
+  ServerOptions o;
+  o.chat_template =
+      "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}"
+      "{% if add_generation_prompt %}[assistant] {% endif %}";
+  Running r(o);
+  int status = 0;
+  const json res = post(r, "/v1/chat/completions",
+                        {{"messages",
+                          {{{"role", "system"}, {"content", "Be brief."}},
+                           {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}}},
+                         {"max_tokens", 5},
+                         {"temperature", 0},
+                         {"logprobs", true},
+                         {"top_logprobs", 3}},
+                        &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  const json& content = res["choices"][0]["logprobs"]["content"];
+  ASSERT_FALSE(content.empty());
+  for (const json& t : content) {
+    EXPECT_LE(t["top_logprobs"].size(), 3u);
+    EXPECT_TRUE(t["logprob"].is_number());
+  }
+  // The prompt the template rendered: usage counts its tokens.
+  const auto rendered = shared().tok->encode("[system] Be brief.\n[user] Hi\n[assistant] ", {});
+  EXPECT_EQ(res["usage"]["prompt_tokens"], rendered.size());
+  // A template error (raise_exception) is a 400.
+  ServerOptions o2;
+  o2.chat_template = "{{ raise_exception('no system role') }}";
+  Running r2(o2);
+  const json bad = post(r2, "/v1/chat/completions",
+                        {{"messages", {{{"role", "user"}, {"content", "x"}}}}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(bad["error"]["message"].get<std::string>().find("no system role"), std::string::npos);
+}
+
+TEST(Server, OtherEndpoints) {
+  ServerOptions o;
+  o.api_key = "s3cret";
+  Running r(o);
+  auto c = r.client();
+  // /health needs no key; the others do.
+  auto h = c->Get("/health");
+  ASSERT_TRUE(h);
+  EXPECT_EQ(h->status, 200);
+  auto denied = c->Get("/v1/models");
+  ASSERT_TRUE(denied);
+  EXPECT_EQ(denied->status, 401);
+  EXPECT_EQ(json::parse(denied->body)["error"]["code"], "invalid_api_key");
+  c->set_bearer_token_auth("s3cretX");
+  EXPECT_EQ(c->Get("/v1/models")->status, 401);
+  c->set_bearer_token_auth("s3cret");
+  auto models = c->Get("/v1/models");
+  ASSERT_EQ(models->status, 200);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "steer-olmoe-tiny");
+
+  auto tk = c->Post("/tokenize", dump({{"prompt", "hello world"}, {"add_special_tokens", false}}),
+                    "application/json");
+  ASSERT_EQ(tk->status, 200) << tk->body;
+  const json tokens = json::parse(tk->body)["tokens"];
+  EXPECT_EQ(tokens.get<std::vector<int32_t>>(), ids_of("hello world"));
+  auto dt = c->Post("/detokenize", dump({{"tokens", tokens}}), "application/json");
+  ASSERT_EQ(dt->status, 200);
+  EXPECT_EQ(json::parse(dt->body)["prompt"], "hello world");
+  EXPECT_EQ(c->Post("/detokenize", dump({{"tokens", {1, 5000000}}}), "application/json")->status,
+            400);
+
+  auto info = c->Get("/tokenizer_info");
+  ASSERT_EQ(info->status, 200);
+  const json ti = json::parse(info->body);
+  EXPECT_TRUE(ti.contains("eos_token"));
+  EXPECT_TRUE(ti.contains("chat_template"));
+
+  EXPECT_EQ(
+      c->Post("/v1/completions", dump({{"prompt", "a b"}, {"max_tokens", 2}}), "application/json")
+          ->status,
+      200);
+  auto m = c->Get("/metrics");
+  ASSERT_EQ(m->status, 200);
+  for (const char* name : {"steermoe_requests_total{path=\"/v1/completions\",status=\"200\"} 1",
+                           "steermoe_generated_tokens_total", "steermoe_ms_per_token",
+                           "steermoe_copies_total{kind=\"demand\"}", "steermoe_queue_depth 0"}) {
+    EXPECT_NE(m->body.find(name), std::string::npos) << name << "\n" << m->body;
+  }
+  auto nf = c->Get("/nope");
+  EXPECT_EQ(nf->status, 404);
+  EXPECT_TRUE(json::parse(nf->body).contains("error"));
+}
+
+TEST(Server, OversizedBodiesAndSlowClients) {
+  ServerOptions o;
+  o.max_body_bytes = 1000;
+  o.read_timeout_s = 1;
+  Running r(o);
+  auto c = r.client();
+  auto big = c->Post("/v1/completions", std::string(5000, ' '), "application/json");
+  ASSERT_TRUE(big);
+  EXPECT_EQ(big->status, 413);
+  // A client that sends half a request and stalls is dropped after the read timeout.
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(r.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string partial =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{\"pro";
+  ASSERT_EQ(send(fd, partial.data(), partial.size(), 0), static_cast<ssize_t>(partial.size()));
+  const auto t0 = Clock::now();
+  char buf[512];
+  ssize_t n = 0;
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  std::string got;
+  while (got.find("\r\n\r\n") == std::string::npos && (n = recv(fd, buf, sizeof buf, 0)) > 0) {
+    got.append(buf, static_cast<size_t>(n));
+  }
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  close(fd);
+  // Answered with a 4xx once the read timeout (1 s) expired, not left hanging.
+  EXPECT_EQ(got.rfind("HTTP/1.1 4", 0), 0u) << got;
+  EXPECT_LT(waited, 3.0) << "the stalled request was not given up";
+  EXPECT_EQ(r.client()->Get("/health")->status, 200);
+}
+
+TEST(Server, DisconnectCancelsAndQueueOverflowIs503) {
+  ServerOptions o;
+  o.worker.queue_capacity = 1;
+  Running r(o);
+  // Start a long request, cut its connection quickly via a short read timeout.
+  {
+    auto c = r.client(1);
+    c->set_read_timeout(0, 300000);
+    const json body = {{"prompt", "Once"}, {"max_tokens", 250}, {"ignore_eos", true}};
+    auto res = c->Post("/v1/completions", dump(body), "application/json");
+    EXPECT_FALSE(res);  // timed out and closed by the client
+  }
+  // Overload: with one slot in the queue, firing several long requests gets some 503s.
+  std::atomic<int> ok{0}, busy{0}, other{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 6; ++i) {
+    clients.emplace_back([&] {
+      auto c = r.client(60);
+      auto res = c->Post("/v1/completions",
+                         dump({{"prompt", "Hello"}, {"max_tokens", 40}, {"ignore_eos", true}}),
+                         "application/json");
+      if (res && res->status == 200 && json::parse(res->body).contains("choices")) {
+        ++ok;
+      } else if (res && res->status == 503 && res->get_header_value("Retry-After") == "1" &&
+                 json::parse(res->body)["error"]["code"] == "queue_full") {
+        ++busy;
+      } else {
+        ++other;
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  EXPECT_GE(ok.load(), 1);
+  EXPECT_GE(busy.load(), 1);
+  EXPECT_EQ(other.load(), 0);
+  // The cancelled request shows in the metrics, and the server still answers.
+  auto m = r.client()->Get("/metrics");
+  ASSERT_TRUE(m);
+  const std::string key = "\nsteermoe_cancelled_total ";
+  const auto p = m->body.find(key);
+  ASSERT_NE(p, std::string::npos);
+  EXPECT_GE(std::stoi(m->body.substr(p + key.size())), 1) << m->body;
+}
+
+size_t rss_kb() {
+  std::ifstream in("/proc/self/statm");
+  size_t pages = 0, resident = 0;
+  in >> pages >> resident;
+  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) / 1024;
+}
+
+// A generator of malformed and random requests: the server answers every one with a 2xx/4xx
+// and a JSON error object for the 4xx, keeps answering, and its memory stays flat.
+TEST(Server, TenThousandMalformedRequests) {
+  ServerOptions o;
+  o.max_body_bytes = 64 << 10;
+  Running r(o);
+  std::mt19937_64 rng(42);
+  auto pick = [&](size_t n) { return static_cast<size_t>(rng() % n); };
+  const std::vector<std::string> paths = {"/v1/completions", "/v1/chat/completions", "/tokenize",
+                                          "/detokenize"};
+  const std::vector<json> values = {nullptr,
+                                    true,
+                                    -1,
+                                    0,
+                                    1,
+                                    21,
+                                    -99999999999LL,
+                                    1e308,
+                                    -0.5,
+                                    3.5,
+                                    "",
+                                    "x",
+                                    "\xc3\xa9",
+                                    json::array(),
+                                    json::object(),
+                                    {1, 2},
+                                    {"a"},
+                                    {{"k", 1}},
+                                    99999999999LL,
+                                    {{1, 2}, {3}}};
+  const std::vector<std::string> keys = {
+      "prompt", "max_tokens", "temperature", "top_p",    "logprobs", "echo",     "stop",
+      "n",      "stream",     "seed",        "messages", "tokens",   "steermoe", "unknown_field",
+      "model",  "best_of",    "content"};
+  auto make_body = [&]() -> std::string {
+    switch (pick(6)) {
+      case 0: {  // random bytes
+        std::string s(pick(200), '\0');
+        for (char& ch : s) ch = static_cast<char>(rng());
+        return s;
+      }
+      case 1: {  // truncated valid JSON
+        std::string s = dump({{"prompt", "hello"}, {"max_tokens", 1}});
+        return s.substr(0, pick(s.size()));
+      }
+      case 2:  // deep nesting
+        return std::string(100 + pick(2000), '[');
+      default: {  // random fields with random values (max_tokens kept small so it stays quick)
+        json b = json::object();
+        const size_t n = pick(5);
+        for (size_t i = 0; i < n; ++i) b[keys[pick(keys.size())]] = values[pick(values.size())];
+        b["max_tokens"] = 0;  // valid requests only process their prompt: the test stays quick
+        return dump(b);
+      }
+    }
+  };
+  auto c = r.client();
+  c->set_keep_alive(true);
+  // Warm-up: valid requests that touch every engine buffer (prompt lengths up to a few
+  // batches, echo + logprobs, streaming, chat), so that later growth would be a leak.
+  for (int n : {1, 2, 3, 8, 63, 64, 65, 130}) {
+    const std::vector<int32_t> ids(static_cast<size_t>(n), 17);
+    int status = 0;
+    post(r, "/v1/completions",
+         {{"prompt", {ids, ids}}, {"max_tokens", 2}, {"echo", true}, {"logprobs", 5}}, &status);
+    ASSERT_EQ(status, 200);
+  }
+  stream_text(r, "/v1/chat/completions",
+              {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 4}});
+  size_t rss_after_warmup = 0;
+  int answered = 0;
+  const int kWarm = 2000;  // the first 300 on fresh connections: every connection thread warms up
+  const int kRequests =
+      std::getenv("STEERMOE_MALFORMED_N") ? std::atoi(std::getenv("STEERMOE_MALFORMED_N")) : 10000;
+  for (int i = 0; i < kWarm + kRequests; ++i) {
+    if (i < 300) {
+      c = r.client();
+      c->set_keep_alive(true);
+    }
+    if (i == kWarm) {
+      rss_after_warmup = rss_kb();
+      answered = 0;
+    }
+    const std::string& path = paths[pick(paths.size())];
+    auto res = c->Post(path, make_body(), "application/json");
+    if (!res) {  // the server may close a connection after a bad request; reconnect
+      c = r.client();
+      c->set_keep_alive(true);
+      continue;
+    }
+    ++answered;
+    ASSERT_TRUE(res->status == 200 || (res->status >= 400 && res->status < 500))
+        << res->status << " " << res->body;
+    if (res->status >= 400) {
+      const json e = json::parse(res->body, nullptr, false);
+      ASSERT_FALSE(e.is_discarded()) << res->body;
+      ASSERT_TRUE(e.contains("error")) << res->body;
+    }
+  }
+  EXPECT_GE(answered, kRequests * 9 / 10);
+  EXPECT_EQ(r.client()->Get("/health")->status, 200);
+  const size_t rss_end = rss_kb();
+  std::printf("[ server   ] %d of %d requests answered; RSS %zu kB after warm-up, %zu kB after\n",
+              answered, kRequests, rss_after_warmup, rss_end);
+  // After warm-up (every connection thread has its malloc arena) memory stays flat.
+  EXPECT_LT(rss_end, rss_after_warmup + 4 * 1024) << "memory grew by more than 4 MB";
+}
+
+// 8 concurrent clients for a bounded time: every response is well-formed (a completion, or a 503
+// with an error object when the queue is full), nothing is lost.
+TEST(Server, EightConcurrentClients) {
+  ServerOptions o;
+  o.worker.queue_capacity = 4;
+  Running r(o);
+  const double kSeconds = 8.0;
+  std::atomic<int> ok{0}, busy{0}, bad{0}, sent{0};
+  std::vector<std::thread> clients;
+  const auto t0 = Clock::now();
+  for (int k = 0; k < 8; ++k) {
+    clients.emplace_back([&, k] {
+      auto c = r.client(60);
+      std::mt19937 rng(static_cast<unsigned>(k));
+      while (std::chrono::duration<double>(Clock::now() - t0).count() < kSeconds) {
+        const bool stream = rng() % 2 == 0;
+        const json body = {{"prompt", "The town by the sea"},
+                           {"max_tokens", 4 + rng() % 8},
+                           {"temperature", 0},
+                           {"stream", stream}};
+        ++sent;
+        auto res = c->Post("/v1/completions", dump(body), "application/json");
+        if (!res) {
+          ++bad;
+          c = r.client(60);
+          continue;
+        }
+        if (res->status == 503) {
+          const json e = json::parse(res->body, nullptr, false);
+          (!e.is_discarded() && e.contains("error")) ? ++busy : ++bad;
+          std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          continue;
+        }
+        if (res->status != 200) {
+          ++bad;
+          continue;
+        }
+        if (stream) {
+          (res->body.find("data: [DONE]\n\n") != std::string::npos) ? ++ok : ++bad;
+        } else {
+          const json j = json::parse(res->body, nullptr, false);
+          (!j.is_discarded() && j.contains("choices") && j["choices"][0]["text"].is_string())
+              ? ++ok
+              : ++bad;
+        }
+      }
+    });
+  }
+  for (auto& t : clients) t.join();
+  std::printf("[ server   ] 8 clients, %.0f s: %d sent, %d completed, %d answered 503, %d bad\n",
+              kSeconds, sent.load(), ok.load(), busy.load(), bad.load());
+  EXPECT_EQ(bad.load(), 0);
+  EXPECT_EQ(ok.load() + busy.load(), sent.load());
+  EXPECT_GT(ok.load(), 8);
+  EXPECT_GT(busy.load(), 0) << "8 clients on a queue of 4 should overflow it sometimes";
+}
+
+}  // namespace
+}  // namespace steermoe::server
