@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "common/error.hpp"
+#include "engine/cuda_backend_factory.hpp"
 #include "engine/offload.hpp"
 #include "policy/config.hpp"
 #include "trace/calibration_file.hpp"
@@ -25,16 +26,33 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
                   "Fraction of each layer's experts cached, in (0, 1] (instead of --cache)")
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--link", o.link,
-                  "Where experts live: resident | disk | emulated:GBPS[,LATENCY_US] | sim:PROFILE")
+                  "Where experts live: resident | disk | emulated:GBPS[,LATENCY_US] | sim:PROFILE | cuda")
       ->capture_default_str();
-  cmd->add_option("--max-inflight", o.max_inflight,
-                  "Prefetch copies in flight at a layer boundary")
+  cmd->add_option("--max-inflight", o.max_inflight, "Prefetch copies in flight at a layer boundary")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
   cmd->add_option("--calib", o.calib,
                   "Calibration (.smcal); default: the model's calib.smcal when present");
   cmd->add_flag("--verify", o.verify,
                 "Disk link: check every copied expert against a checksum (one full read at start)");
+  cmd->add_option("--backend", o.backend,
+                  "Compute backend: cpu | cuda | auto (cuda when built with CUDA and a GPU is "
+                  "present)")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+}
+
+std::string resolve_backend(const std::string& backend) {
+  if (backend == "cpu") return backend;
+  std::string why;
+  const bool available = engine::cuda_backend_available(&why);
+  if (backend == "cuda") {
+    if (!available) fail("--backend", "cuda", "expected a usable CUDA backend, found {}", why);
+    return backend;
+  }
+  if (backend != "auto")
+    fail("--backend", "value", "expected cpu, cuda or auto, found '{}'", backend);
+  return available ? "cuda" : "cpu";
 }
 
 int resolve_cache(const EngineOptions& o, const model::ModelConfig& config) {
@@ -52,8 +70,8 @@ std::string calibration_path(const EngineOptions& o, const std::string& model_pa
   if (!o.calib.empty()) return o.calib;
   const fs::path p(model_path);
   std::error_code ec;
-  const fs::path candidate = fs::is_directory(p, ec) ? p / "calib.smcal"
-                                                     : fs::path(p).replace_extension(".smcal");
+  const fs::path candidate =
+      fs::is_directory(p, ec) ? p / "calib.smcal" : fs::path(p).replace_extension(".smcal");
   return fs::is_regular_file(candidate, ec) ? candidate.string() : std::string();
 }
 
@@ -104,7 +122,8 @@ engine::EngineParams engine_params(const EngineOptions& o, const std::string& po
           .calibration = calibration,
           .link = o.link,
           .max_inflight = o.max_inflight,
-          .verify = o.verify};
+          .verify = o.verify,
+          .backend = resolve_backend(o.backend)};
 }
 
 }  // namespace steermoe::cli

@@ -21,10 +21,11 @@ struct EngineOptions {
   int max_inflight = 2;
   std::string calib;  // empty = the model's own calib.smcal when present
   bool verify = false;
+  std::string backend = "auto";  // cpu | cuda | auto (cuda when built with it and a GPU is present)
 };
 
 // Adds --policy (unless `with_policy` is false: commands that take several), --cache,
-// --residency, --link, --max-inflight, --calib and --verify to `cmd`.
+// --residency, --link, --max-inflight, --calib, --verify and --backend to `cmd`.
 void add_engine_options(CLI::App* cmd, EngineOptions& options, bool with_policy = true);
 
 // The cache size the options ask for on this model (C): --cache, or round(--residency * E)
@@ -43,6 +44,11 @@ std::optional<policy::Calibration> load_calibration(const std::string& path,
 // range, token prior) and none was found.
 void require_calibration(const std::string& policy, int cache, const model::ModelConfig& config,
                          bool have_calibration, const std::string& model_path);
+
+// The compute backend --backend names: "cpu" or "cuda". auto gives cuda when this binary was
+// built with CUDA and a device is present, cpu otherwise; cuda when unavailable is an error
+// that says why.
+std::string resolve_backend(const std::string& backend);
 
 // EngineParams for one configuration (policy string given separately for multi-policy
 // commands). `calibration` must outlive the engine.

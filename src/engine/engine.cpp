@@ -6,6 +6,7 @@
 
 #include "common/error.hpp"
 #include "engine/cpu/cpu_backend.hpp"
+#include "engine/cuda_backend_factory.hpp"
 
 namespace steermoe::engine {
 
@@ -78,9 +79,25 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (offload_->simulated_clock() != nullptr)
     step_->simulate_compute(offload_->simulated_clock(), offload_->profile());
   offload_->attach(step_->scheduler());
-  backend_ = std::make_unique<CpuBackend>(
-      model_, CpuBackendParams{
-                  .threads = params.threads, .context = context_, .max_batch = params.max_batch});
+  const bool device_link = offload_->kind() == LinkKind::kCuda;
+  if (device_link && params.backend != "cuda")
+    fail("engine", "--link", "expected --backend cuda with --link cuda, found --backend {}",
+         params.backend);
+  if (params.backend == "cuda") {
+    const bool resident = offload_->store().all_resident();
+    backend_ = make_cuda_backend(model_, CudaBackendParams{.context = context_,
+                                                           .max_batch = params.max_batch,
+                                                           .upload_experts = resident,
+                                                           .experts_on_device = device_link,
+                                                           .cache_slots = slots_,
+                                                           .quiet = params.quiet});
+  } else if (params.backend == "cpu") {
+    backend_ = std::make_unique<CpuBackend>(
+        model_, CpuBackendParams{
+                    .threads = params.threads, .context = context_, .max_batch = params.max_batch});
+  } else {
+    fail("engine", "--backend", "expected cpu or cuda, found '{}'", params.backend);
+  }
 
   moe_index_ = cfg_.moe_index();
   next_moe_layer_.assign(static_cast<size_t>(cfg_.layers), -1);

@@ -44,6 +44,10 @@ struct EngineParams {
   ScoreSource* score_source = nullptr;
   double test_copy_delay_max_s = 0;  // test hook: random extra delay per emulated copy
   uint64_t test_copy_delay_seed = 1;
+  // Compute backend: "cpu" or "cuda" (engine/cuda_backend_factory.hpp; an error when this
+  // binary has no CUDA or no device is present). The CLI resolves its "auto" before this.
+  std::string backend = "cpu";
+  bool quiet = false;  // cuda: no device report on stderr
 };
 
 // Router scores and decisions of every processed token, in the trace format's terms

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "engine/cuda_backend_factory.hpp"
 #include "link/disk_link.hpp"
 #include "link/emulated_link.hpp"
 #include "link/simulated_link.hpp"
@@ -55,8 +56,10 @@ LinkKind link_kind(std::string_view spec) {
   if (spec == "disk") return LinkKind::kDisk;
   if (spec.starts_with("sim:")) return LinkKind::kSim;
   if (spec.starts_with("emulated:")) return LinkKind::kEmulated;
+  if (spec == "cuda") return LinkKind::kCuda;
   fail("--link", "value",
-       "expected resident, disk, emulated:GBPS[,LATENCY_US] or sim:PROFILE, found '{}'", spec);
+       "expected resident, disk, emulated:GBPS[,LATENCY_US], sim:PROFILE or cuda, found '{}'",
+       spec);
 }
 
 Offload::Offload(const model::Model& model, const LinkOptions& options, int cache_slots)
@@ -80,8 +83,14 @@ Offload::Offload(const model::Model& model, const LinkOptions& options, int cach
   }
   const model::ModelConfig& cfg = model.config();
   layout_ = model::expert_layout(model);
-  arena_ = std::make_unique<link::SlotArena>(cfg.moe_layer_count(), cache_slots,
-                                             layout_.slot_bytes());
+  if (kind_ == LinkKind::kCuda) {
+    cuda_ = make_cuda_experts(model, layout_, cache_slots, options.test_copy_delay_max_s,
+                              options.test_copy_delay_seed);
+    expert_bytes_ = static_cast<int64_t>(layout_.expert_bytes(0, 0));
+    return;
+  }
+  arena_ =
+      std::make_unique<link::SlotArena>(cfg.moe_layer_count(), cache_slots, layout_.slot_bytes());
   expert_bytes_ = static_cast<int64_t>(layout_.expert_bytes(0, 0));
   if (kind_ == LinkKind::kEmulated) {
     if (!layout_.in_memory())
@@ -107,8 +116,16 @@ Offload::Offload(const model::Model& model, const LinkOptions& options, int cach
 
 Offload::~Offload() = default;
 
+link::Link* Offload::link() {
+  return cuda_ ? &cuda_->link() : link_.get();
+}
+ExpertStore& Offload::store() {
+  return cuda_ ? cuda_->store() : *store_;
+}
+
 void Offload::attach(const schedule::TransferScheduler* scheduler) {
   if (slot_store_ != nullptr) slot_store_->attach(scheduler);
+  if (cuda_) cuda_->attach(scheduler);
 }
 
 std::string Offload::describe() const {
@@ -124,6 +141,10 @@ std::string Offload::describe() const {
     }
     case LinkKind::kDisk:
       return "disk (" + static_cast<const link::DiskLink*>(link_.get())->mode() + ")";
+    case LinkKind::kCuda:
+      return fmt::format("cuda (copy stream, {:.2f} GiB device slots, {} host experts)",
+                         static_cast<double>(cuda_->device_bytes()) / (1 << 30),
+                         cuda_->pinned() ? "pinned" : "pageable");
   }
   return spec_;
 }

@@ -10,6 +10,8 @@
 //                   bandwidth and per-copy latency (PCIe emulated on a CPU machine)
 //   disk            experts read from the model file(s) into RAM slots with O_DIRECT through
 //                   io_uring (pread fallback): the experts need not fit in RAM
+//   cuda            (--backend cuda) experts in pinned host memory, C device slots per layer,
+//                   one CUDA copy stream with events (engine/cuda_backend_factory.hpp)
 #pragma once
 
 #include <cstdint>
@@ -31,7 +33,9 @@ class SimulatedLink;
 
 namespace steermoe::engine {
 
-enum class LinkKind : uint8_t { kResident, kSim, kEmulated, kDisk };
+class CudaExperts;
+
+enum class LinkKind : uint8_t { kResident, kSim, kEmulated, kDisk, kCuda };
 
 struct LinkOptions {
   std::string spec = "resident";  // resident | sim:PROFILE | emulated:GBPS[,LATENCY_US] | disk
@@ -57,7 +61,7 @@ class Offload {
 
   LinkKind kind() const { return kind_; }
   // Null for `resident`.
-  link::Link* link() { return link_.get(); }
+  link::Link* link();
   // Set for `sim:PROFILE` (the step charges its durations on this clock).
   link::SimulatedLink* simulated_clock() { return sim_clock_; }
   const schedule::HardwareProfile* profile() const { return sim_clock_ ? &profile_ : nullptr; }
@@ -67,7 +71,7 @@ class Offload {
   uint64_t slot_memory_bytes() const { return arena_ ? arena_->total_bytes() : 0; }
   // Connects the store to the scheduler, which knows what each slot physically holds.
   void attach(const schedule::TransferScheduler* scheduler);
-  ExpertStore& store() { return *store_; }
+  ExpertStore& store();
   // "disk (io_uring, O_DIRECT)", "emulated 16 GB/s + 5 us", ...
   std::string describe() const;
 
@@ -80,6 +84,7 @@ class Offload {
   std::unique_ptr<link::Link> link_;
   link::SimulatedLink* sim_clock_ = nullptr;
   std::unique_ptr<ExpertStore> store_;
+  std::unique_ptr<CudaExperts> cuda_;  // --link cuda: link + device slot store
   class SlotStore;
   SlotStore* slot_store_ = nullptr;
   int64_t expert_bytes_ = 0;
