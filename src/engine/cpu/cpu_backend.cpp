@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "engine/router_scores.hpp"
 
 namespace steermoe::engine {
 
@@ -50,22 +51,6 @@ struct CpuBackend::Scratch {
 
 namespace {
 
-// The model's own scores from router logits: z (what it ranks by) and, for sigmoid routers, the
-// unbiased scores its execution weights come from.
-void router_scores(const model::ModelConfig& c, const std::vector<float>& bias, const float* logits,
-                   float* z, float* ws) {
-  const auto e_count = static_cast<size_t>(c.experts);
-  if (c.router == model::RouterScore::kSoftmax) {
-    std::memcpy(z, logits, e_count * sizeof(float));
-    std::memcpy(ws, logits, e_count * sizeof(float));
-    return;
-  }
-  for (size_t e = 0; e < e_count; ++e) {
-    const float s = 1.0f / (1.0f + std::exp(-logits[e]));
-    ws[e] = s;
-    z[e] = bias.empty() ? s : s + bias[e];
-  }
-}
 
 void product(kernels::ThreadPool& pool, const Matrix& w, const float* x, int n, float* y) {
   if (n == 1) {

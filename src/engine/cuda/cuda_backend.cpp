@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "engine/router_scores.hpp"
 #include "engine/cuda_backend_factory.hpp"
 #include "kernels/cuda/forward_cuda.hpp"
 
@@ -51,21 +52,6 @@ double gib(size_t b) {
   return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0);
 }
 
-// Selection scores of a row of router logits, as the CPU backend computes them.
-void router_scores(const model::ModelConfig& c, const std::vector<float>& bias, const float* logits,
-                   float* z, float* ws) {
-  const auto e_count = static_cast<size_t>(c.experts);
-  if (c.router == model::RouterScore::kSoftmax) {
-    std::memcpy(z, logits, e_count * sizeof(float));
-    std::memcpy(ws, logits, e_count * sizeof(float));
-    return;
-  }
-  for (size_t e = 0; e < e_count; ++e) {
-    const float s = 1.0f / (1.0f + std::exp(-logits[e]));
-    ws[e] = s;
-    z[e] = bias.empty() ? s : s + bias[e];
-  }
-}
 
 struct DSwiglu {
   kc::DMatrix gate, up, down;
