@@ -36,13 +36,18 @@ kc::WType wtype(kernels::DType d) {
     case kernels::DType::kF16:
       return kc::WType::kF16;
     case kernels::DType::kF32:
+      return kc::WType::kF32;
+    default:
       break;
   }
-  return kc::WType::kF32;
+  fail("--backend cuda", "weights",
+       "expected F32, F16 or BF16 matrices (the CUDA backend has no quantized kernels yet), found "
+       "{}",
+       kernels::dtype_name(d));
 }
 
 size_t matrix_bytes(const kernels::Matrix& m) {
-  return m.data == nullptr ? 0 : m.rows * m.cols * kernels::dtype_size(m.dtype);
+  return m.data == nullptr ? 0 : kernels::stored_bytes(m);
 }
 size_t swiglu_bytes(const model::SwigluWeights& w) {
   return matrix_bytes(w.gate) + matrix_bytes(w.up) + matrix_bytes(w.down);
