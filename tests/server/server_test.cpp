@@ -1,6 +1,13 @@
 // `steermoe serve` end to end on loopback: the server runs in this process on a free port with
 // the shipped model (models/steer-olmoe-tiny); requests go through cpp-httplib's client.
 #include <arpa/inet.h>
+#if defined(__SANITIZE_ADDRESS__)
+#define STEERMOE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define STEERMOE_ASAN 1
+#endif
+#endif
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -659,8 +666,13 @@ TEST(Server, TenThousandMalformedRequests) {
   const size_t rss_end = rss_kb();
   std::printf("[ server   ] %d of %d requests answered; RSS %zu kB after warm-up, %zu kB after\n",
               answered, kRequests, rss_after_warmup, rss_end);
-  // After warm-up (every connection thread has its malloc arena) memory stays flat.
+  // After warm-up (every connection thread has its malloc arena) memory stays flat. Under
+  // AddressSanitizer the allocator's quarantine and shadow pages grow RSS by design (tens of MB
+  // here even after a purge), so there the leak checker at exit (detect_leaks=1 in CI) is the
+  // memory check, and this bound is asserted by the release build of the same test.
+#ifndef STEERMOE_ASAN
   EXPECT_LT(rss_end, rss_after_warmup + 4 * 1024) << "memory grew by more than 4 MB";
+#endif
 }
 
 // 8 concurrent clients for a bounded time: every response is well-formed (a completion, or a 503
