@@ -122,46 +122,9 @@ uint16_t f32_to_bf16(float value) {
   return static_cast<uint16_t>((bits + rounding_bias) >> 16);
 }
 
-float f16_to_f32(uint16_t bits) {
-  const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
-  const uint32_t exponent = (bits >> 10) & 0x1fu;
-  const uint32_t mantissa = bits & 0x3ffu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24 is exact in f32.
-    const float magnitude = static_cast<float>(mantissa) * 0x1p-24f;
-    return sign ? -magnitude : magnitude;
-  }
-  if (exponent == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
-
-uint16_t f32_to_f16(float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  const auto sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
-  const uint32_t magnitude = bits & 0x7fffffffu;
-  if (magnitude >= 0x7f800000u) {  // inf or NaN (NaN stays quiet NaN)
-    if (magnitude == 0x7f800000u) return sign | 0x7c00u;
-    return static_cast<uint16_t>(sign | 0x7e00u | ((magnitude >> 13) & 0x3ffu));
-  }
-  if (magnitude >= 0x477ff000u) return sign | 0x7c00u;  // >= 65520 rounds to inf
-  if (magnitude < 0x38800000u) {                        // below 2^-14: f16 subnormal or zero
-    if (magnitude < 0x33000000u) return sign;           // below 2^-25: rounds to zero
-    const uint32_t exponent = magnitude >> 23;
-    const uint32_t mantissa = (magnitude & 0x7fffffu) | 0x800000u;
-    const uint32_t shift = 126u - exponent;  // 14..24: value / 2^-24 = mantissa >> shift
-    uint32_t result = mantissa >> shift;
-    const uint32_t remainder = mantissa & ((1u << shift) - 1u);
-    const uint32_t half = 1u << (shift - 1u);
-    if (remainder > half || (remainder == half && (result & 1u))) ++result;
-    return static_cast<uint16_t>(sign | result);
-  }
-  const uint32_t exponent = (magnitude >> 23) - 127u + 15u;
-  const uint32_t mantissa = magnitude & 0x7fffffu;
-  uint32_t result = (exponent << 10) | (mantissa >> 13);
-  const uint32_t remainder = mantissa & 0x1fffu;
-  if (remainder > 0x1000u || (remainder == 0x1000u && (result & 1u))) ++result;
-  return static_cast<uint16_t>(sign | result);
-}
+// IEEE half <-> f32: one implementation for the project (quant/, round to nearest even).
+float f16_to_f32(uint16_t bits) { return quant::f16_to_f32(bits); }
+uint16_t f32_to_f16(float value) { return quant::f32_to_f16(value); }
 
 void convert_to_f32(DType dtype, std::span<const std::byte> src, std::span<float> dst,
                     std::string_view what) {
