@@ -1,7 +1,10 @@
 #!/usr/bin/python3
-"""Build the text corpus of steer-olmoe-tiny from installed Debian packages and split it.
+"""Build the text corpus of a steermoe training run from installed Debian packages and split it.
 
-Sources (all redistributable, see models/steer-olmoe-tiny/README.md):
+--corpus tiny   the three sources of steer-olmoe-tiny (data/text/), as that model was built
+--corpus small  those three and six more, for steer-olmoe-small (data/text-small/)
+
+Sources of the tiny corpus (all redistributable, see models/steer-olmoe-tiny/README.md):
   * code: the Python standard library source, /usr/lib/python3.11/**/*.py
           (Debian package libpython3.11-stdlib, PSF License v2)
   * docs: the Python documentation sources, /usr/share/doc/python3.11/html/_sources/**/*.rst.txt
@@ -9,7 +12,19 @@ Sources (all redistributable, see models/steer-olmoe-tiny/README.md):
   * bible: the King James Version, one document per chapter, read with /usr/bin/bible
           (Debian packages bible-kjv-text + bible-kjv; the KJV text is public domain)
 
-One document = one file (code, docs) or one chapter (bible). Splits are by document and
+More sources of the small corpus (see models/steer-olmoe-small/README.md for versions, licences):
+  * perl: Perl 5 documentation, /usr/share/perl/5.36.0/pod/*.pod (perl-doc; GPL-1+ or Artistic)
+  * linux: Linux kernel documentation, /usr/share/doc/linux-doc/Documentation/**/*.{rst,txt}.gz
+           without translations/ (linux-doc; GPL-2), capped at LINUX_CAP bytes in hash order
+  * pgsql: PostgreSQL 15 manual, /usr/share/doc/postgresql-doc-15/html/*.html as text
+           (postgresql-doc-15; PostgreSQL licence)
+  * gcide: GNU Collaborative International Dictionary of English, /usr/share/dictd/gcide.dict.dz,
+           cut into documents of about 16 kB at entry boundaries (dict-gcide; GPL-3+), capped
+  * debref: Debian Reference, /usr/share/debian-reference/*.en.html as text
+           (debian-reference-en; GPL-2+)
+
+One document = one file (code, docs, perl, linux, pgsql, debref), one chapter (bible) or one
+run of dictionary entries (gcide). Splits are by document and
 deterministic: documents are ordered by sha256("steer-olmoe-tiny:" + doc id); walking that
 order per source, small documents (<= MAX_SMALL_DOC bytes) fill the evaluation split up to
 its per-source byte budget, then the held-out split up to its budget; everything else is
@@ -23,7 +38,10 @@ Output:
   <workdir>/eval.jsonl, heldout.jsonl         same documents as the .txt files, as JSON lines
 """
 import argparse
+import glob
+import gzip
 import hashlib
+import html.parser
 import json
 import os
 import re
@@ -36,12 +54,25 @@ MAX_SMALL_DOC = 24_000          # bytes; only documents this small go to eval/he
 # per-source byte budgets of the evaluation and held-out splits (each file stays < 300 KB)
 BUDGET = {"code": 90_000, "docs": 90_000, "bible": 60_000}
 PACKAGES = ["libpython3.11-stdlib", "python3.11-doc", "bible-kjv-text", "bible-kjv"]
+# the small corpus: per-source budgets of eval and held-out (each file stays < 300 KB), and caps
+# on the train share of the two largest sources so that no source dominates
+BUDGET_SMALL = {"code": 36_000, "docs": 36_000, "bible": 30_000, "perl": 30_000, "linux": 36_000,
+                "pgsql": 30_000, "gcide": 30_000, "debref": 18_000}
+PACKAGES_SMALL = PACKAGES + ["perl-doc", "linux-doc", "postgresql-doc-15", "dict-gcide",
+                             "debian-reference-en"]
+LINUX_CAP = 30_000_000
+GCIDE_CAP = 20_000_000
+PERL_POD = "/usr/share/perl/5.36.0/pod"
+LINUX_DOC = "/usr/share/doc/linux-doc/Documentation"
+PGSQL_DOC = "/usr/share/doc/postgresql-doc-15/html"
+GCIDE = "/usr/share/dictd/gcide.dict.dz"
+DEBREF = "/usr/share/debian-reference"
 BIBLE_BOOKS = None  # discovered from the program's output
 
 
-def pkg_versions():
+def pkg_versions(packages):
     out = {}
-    for p in PACKAGES:
+    for p in packages:
         try:
             v = subprocess.run(["dpkg-query", "-W", "-f=${Version}", p], capture_output=True,
                                text=True, check=True).stdout.strip()
@@ -119,29 +150,161 @@ def bible_docs():
     return [("bible:" + n, clean(n + "\n\n" + "\n".join(v))) for n, v in docs]
 
 
-def order_key(doc_id):
-    return hashlib.sha256(("steer-olmoe-tiny:" + doc_id).encode()).hexdigest()
+def perl_docs():
+    docs = []
+    for p in sorted(glob.glob(os.path.join(PERL_POD, "*.pod"))):
+        with open(p, "rb") as fh:
+            t = clean(fh.read().decode("utf-8", errors="replace"))
+        if len(t) > 200:
+            docs.append(("perl:" + os.path.basename(p), t))
+    return docs
+
+
+def linux_docs():
+    docs = []
+    for root, dirs, files in os.walk(LINUX_DOC):
+        dirs[:] = sorted(d for d in dirs if d != "translations")
+        for f in sorted(files):
+            if f.endswith(".rst.gz") or f.endswith(".txt.gz"):
+                p = os.path.join(root, f)
+                with gzip.open(p, "rb") as fh:
+                    raw = fh.read()
+                try:
+                    t = clean(raw.decode("utf-8"))
+                except UnicodeDecodeError:
+                    continue
+                if len(t) > 200:
+                    docs.append(("linux:" + os.path.relpath(p, LINUX_DOC)[:-3], t))
+    return docs
+
+
+class _HtmlText(html.parser.HTMLParser):
+    """Visible text of an HTML page: block elements end lines, script/style dropped."""
+    BLOCK = {"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "dt", "dd",
+             "table", "ul", "ol", "dl", "blockquote", "title"}
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.parts, self.skip, self.pre = [], 0, 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag in ("script", "style"):
+            self.skip += 1
+        elif tag == "pre":
+            self.pre += 1
+        if tag in self.BLOCK:
+            self.parts.append("\n")
+
+    def handle_endtag(self, tag):
+        if tag in ("script", "style"):
+            self.skip = max(0, self.skip - 1)
+        elif tag == "pre":
+            self.pre = max(0, self.pre - 1)
+        if tag in self.BLOCK:
+            self.parts.append("\n")
+
+    def handle_data(self, data):
+        if self.skip:
+            return
+        self.parts.append(data if self.pre else re.sub(r"\s+", " ", data))
+
+    def text(self):
+        t = "".join(self.parts)
+        return "\n".join(l.strip() if not l.startswith("  ") else l.rstrip() for l in t.split("\n"))
+
+
+def html_text(path):
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        parser = _HtmlText()
+        parser.feed(fh.read())
+        parser.close()
+    return clean(parser.text())
+
+
+def pgsql_docs():
+    docs = []
+    for p in sorted(glob.glob(os.path.join(PGSQL_DOC, "*.html"))):
+        t = html_text(p)
+        if len(t) > 200:
+            docs.append(("pgsql:" + os.path.basename(p), t))
+    return docs
+
+
+def debref_docs():
+    docs = []
+    for p in sorted(glob.glob(os.path.join(DEBREF, "*.en.html"))):
+        t = html_text(p)
+        if len(t) > 200:
+            docs.append(("debref:" + os.path.basename(p), t))
+    return docs
+
+
+def gcide_docs(target=16_000):
+    """The dictionary cut at entry boundaries (a line that starts in column 0 after a blank line
+    begins an entry in this dictd text) into documents of about `target` bytes, named by their
+    first headword; the 00-database-* header entries and the licence preamble are dropped."""
+    with gzip.open(GCIDE, "rb") as fh:
+        text = fh.read().decode("utf-8", errors="replace")
+    entries = re.split(r"\n(?=\S)", text)
+    docs, cur, size = [], [], 0
+    for e in entries:
+        head = e.split("\n", 1)[0].strip()
+        if not head or head.startswith("00-database") or "GNU version of" in e[:400]:
+            continue
+        cur.append(e.rstrip())
+        size += len(e)
+        if size >= target:
+            docs.append(cur)
+            cur, size = [], 0
+    if cur:
+        docs.append(cur)
+    return [("gcide:" + d[0].split("\n", 1)[0].strip()[:60] + f"#{i}", clean("\n\n".join(d)))
+            for i, d in enumerate(docs)]
+
+
+def order_key(doc_id, salt="steer-olmoe-tiny"):
+    return hashlib.sha256((salt + ":" + doc_id).encode()).hexdigest()
+
+
+def cap(docs, limit, salt):
+    """the documents of a source, in hash order, up to `limit` bytes (eval/held-out candidates
+    come first in hash order too, so the cap never removes them)"""
+    out, used = [], 0
+    for d in sorted(docs, key=lambda d: order_key(d[0], salt)):
+        n = len(d[1].encode("utf-8"))
+        if used + n > limit:
+            continue
+        out.append(d)
+        used += n
+    return out
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workdir", default="build-train")
     ap.add_argument("--textdir", default="data/text")
+    ap.add_argument("--corpus", choices=["tiny", "small"], default="tiny")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
     os.makedirs(args.textdir, exist_ok=True)
 
     sources = {"code": code_docs(), "docs": doc_docs(), "bible": bible_docs()}
+    budget, packages, salt = BUDGET, PACKAGES, "steer-olmoe-tiny"
+    if args.corpus == "small":
+        budget, packages, salt = BUDGET_SMALL, PACKAGES_SMALL, "steer-olmoe-small"
+        sources.update({"perl": perl_docs(), "linux": cap(linux_docs(), LINUX_CAP, salt),
+                        "pgsql": pgsql_docs(), "gcide": cap(gcide_docs(), GCIDE_CAP, salt),
+                        "debref": debref_docs()})
     splits = {"train": [], "heldout": [], "eval": []}
     for src, docs in sources.items():
-        docs = sorted(docs, key=lambda d: order_key(d[0]))
+        docs = sorted(docs, key=lambda d: order_key(d[0], salt))
         used = {"eval": 0, "heldout": 0}
         for doc_id, text in docs:
             n = len(text.encode("utf-8"))
             dest = "train"
             if n <= MAX_SMALL_DOC:
                 for s in ("eval", "heldout"):
-                    if used[s] + n <= BUDGET[src]:
+                    if used[s] + n <= budget[src]:
                         dest = s
                         used[s] += n
                         break
@@ -150,8 +313,12 @@ def main():
               file=sys.stderr)
 
     # keep a stable order inside each split: by source then hash order (already)
-    manifest = {"package_versions": pkg_versions(), "max_small_doc": MAX_SMALL_DOC,
-                "budget_bytes_per_source": BUDGET, "splits": {}}
+    manifest = {"corpus": args.corpus, "package_versions": pkg_versions(packages),
+                "max_small_doc": MAX_SMALL_DOC, "budget_bytes_per_source": budget,
+                "train_bytes_per_source": {}, "splits": {}}
+    for src in sources:
+        manifest["train_bytes_per_source"][src] = sum(
+            len(t.encode("utf-8")) for d, t in splits["train"] if d.split(":", 1)[0] == src)
     for s, docs in splits.items():
         with open(os.path.join(args.workdir, s + ".jsonl"), "w", encoding="utf-8") as fh:
             for doc_id, text in docs:

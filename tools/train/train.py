@@ -79,6 +79,9 @@ def main():
     ap.add_argument("--eval-windows", type=int, default=16)
     ap.add_argument("--ckpt-every-min", type=float, default=10)
     ap.add_argument("--resume", action="store_true")
+    ap.add_argument("--snapshots", default="",
+                    help="comma-separated steps at which to keep a model-only copy (snap-STEP.pt) "
+                         "for statistics over training")
     # model shape
     ap.add_argument("--hidden", type=int, default=256)
     ap.add_argument("--expert-ffn", type=int, default=64)
@@ -136,6 +139,10 @@ def main():
 
     log({"event": "start", "params": num_params(model), "config": cfg.to_dict(), "args": vars(args),
          "train_tokens": int(len(train_tok)), "eval_tokens": int(len(eval_tok)), "torch": torch.__version__})
+    snapshot_steps = {int(v) for v in args.snapshots.split(",") if v.strip()}
+    if 0 in snapshot_steps and step == 0:
+        torch.save({"model": model.state_dict(), "step": 0, "config": cfg.to_dict(), "tokens": 0},
+                   os.path.join(args.workdir, "snap-0.pt"))
     model.train()
     last_ckpt = time.time()
     step_times = []
@@ -179,6 +186,12 @@ def main():
             left = deadline - time.time() - 120          # final save and evaluation
             args.steps = int(step + 0.9 * left / per)
             log({"event": "budget", "sec_per_step": round(per, 3), "steps": args.steps})
+        if step in snapshot_steps:
+            torch.save({"model": model.state_dict(), "step": step, "config": cfg.to_dict(),
+                        "tokens": step * args.batch * args.seq},
+                       os.path.join(args.workdir, f"snap-{step}.pt.tmp"))
+            os.replace(os.path.join(args.workdir, f"snap-{step}.pt.tmp"),
+                       os.path.join(args.workdir, f"snap-{step}.pt"))
         if time.time() - last_ckpt > args.ckpt_every_min * 60:
             save("periodic")
             last_ckpt = time.time()
