@@ -1,8 +1,9 @@
-// The shipped trained model (models/steer-olmoe-tiny, HF folder, BF16) against its PyTorch
-// reference (float32 compute on the BF16 weights upcast): logits, argmax and routed experts on
-// three sequences; and the pre-gate scores (router l on the MoE input of layer l-1) against the
-// same model's PyTorch computation of them (tools/train/pregate_reference.py). Skipped while the
-// model is absent. The BF16-dot-product kernel level rounds activations to bf16 (like a bf16
+// The shipped trained models (models/steer-olmoe-tiny, models/steer-olmoe-small and the dense
+// drafter models/steer-drafter-small; HF folders, BF16) against their PyTorch references
+// (float32 compute on the BF16 weights upcast): logits, argmax and routed experts on the
+// reference sequences; and the pre-gate scores (router l on the MoE input of layer l-1) against
+// the same model's PyTorch computation of them (tools/train/pregate_reference.py). Skipped while
+// a model is absent. The BF16-dot-product kernel level rounds activations to bf16 (like a bf16
 // model), so these tests run the f32-activation level that matches the reference's arithmetic.
 #include <gtest/gtest.h>
 
@@ -22,7 +23,9 @@ namespace steermoe::engine {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kModel = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny";
+fs::path model_dir(const std::string& name) {
+  return fs::path(STEERMOE_SOURCE_DIR) / "models" / name;
+}
 
 std::vector<float> read_f32(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -48,10 +51,13 @@ class IsaGuard {
   kernels::Isa saved_;
 };
 
-TEST(TinyModel, MatchesPyTorchReference) {
+class ShippedModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShippedModel, MatchesPyTorchReference) {
+  const fs::path kModel = model_dir(GetParam());
   if (!fs::exists(kModel / "model.safetensors") ||
       !fs::exists(kModel / "reference" / "reference.json")) {
-    GTEST_SKIP() << "models/steer-olmoe-tiny not present";
+    GTEST_SKIP() << kModel << " not present";
   }
   IsaGuard isa;
   auto model = model::Model::load(kModel);
@@ -76,8 +82,9 @@ TEST(TinyModel, MatchesPyTorchReference) {
       EXPECT_EQ(argmax(got), argmax(row)) << "position " << p;
     }
     EXPECT_LE(max_diff, 1e-4f);
-    std::printf("[ tiny     ] %s: %zu tokens, max |logit diff| %.3g\n",
+    std::printf("[ %-8.8s ] %s: %zu tokens, max |logit diff| %.3g\n", GetParam().c_str() + 6,
                 seq.at("source_doc").get<std::string>().c_str(), tokens.size(), max_diff);
+    if (L == 0) continue;  // a dense model routes nothing
     const auto& topk = seq.at("topk_experts");
     const auto& gaps = seq.at("gap_k_k1");
     int compared = 0;
@@ -106,10 +113,13 @@ std::vector<int> ranking(const float* row, size_t E) {
 
 // RoutingRecord::pregate row l must be router l applied to the MoE input (post-attention-norm
 // hidden state) of layer l-1, row 0 zero. Wrong router or wrong hidden state: O(1) errors.
-TEST(TinyModel, PregateMatchesPyTorchReference) {
+class ShippedMoeModel : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShippedMoeModel, PregateMatchesPyTorchReference) {
+  const fs::path kModel = model_dir(GetParam());
   const fs::path ref_file = kModel / "reference" / "pregate.json";
   if (!fs::exists(kModel / "model.safetensors") || !fs::exists(ref_file)) {
-    GTEST_SKIP() << "models/steer-olmoe-tiny not present";
+    GTEST_SKIP() << ref_file << " not present";
   }
   IsaGuard isa;
   auto model = model::Model::load(kModel);
@@ -186,12 +196,26 @@ TEST(TinyModel, PregateMatchesPyTorchReference) {
           << "first W pre-gate experts differ from the reference, first at "
           << "position " << first_mismatch / L << " layer " << first_mismatch % L;
       EXPECT_GT(ranked, static_cast<int>(tokens.size() * (L - 1) * 9 / 10));
-      std::printf("[ tiny     ] %s %s: max |pregate diff| %.3g (tolerance %.3g), %d rankings\n",
-                  seq.at("source_doc").get<std::string>().c_str(),
+      std::printf("[ %-8.8s ] %s %s: max |pregate diff| %.3g (tolerance %.3g), %d rankings\n",
+                  GetParam().c_str() + 6, seq.at("source_doc").get<std::string>().c_str(),
                   batched ? "batched" : "incremental", max_diff, tol, ranked);
     }
   }
 }
+
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param.substr(6);  // after "steer-"
+  std::replace(n.begin(), n.end(), '-', '_');
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, ShippedModel,
+                         ::testing::Values("steer-olmoe-tiny", "steer-olmoe-small",
+                                           "steer-drafter-small"),
+                         param_name);
+// the drafter is dense: no router, no pre-gate
+INSTANTIATE_TEST_SUITE_P(Models, ShippedMoeModel,
+                         ::testing::Values("steer-olmoe-tiny", "steer-olmoe-small"), param_name);
 
 }  // namespace
 }  // namespace steermoe::engine

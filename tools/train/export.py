@@ -15,7 +15,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_io import to_hf, write_safetensors_bf16  # noqa: E402
-from model import Config, OlmoeTiny, num_params  # noqa: E402
+from model import Config, build_model, num_params  # noqa: E402
 
 EOT_ID = 0
 
@@ -25,13 +25,14 @@ def main():
     ap.add_argument("--workdir", default="build-train")
     ap.add_argument("--out", default="models/steer-olmoe-tiny")
     ap.add_argument("--untrained", action="store_true", help="export the step-0 (seeded initial) weights")
+    ap.add_argument("--checkpoint", default="", help="a checkpoint or snapshot file (default: <workdir>/ckpt.pt)")
     args = ap.parse_args()
-    ck = torch.load(os.path.join(args.workdir, "ckpt.pt"))
+    ck = torch.load(args.checkpoint or os.path.join(args.workdir, "ckpt.pt"), weights_only=False)
     cfg = Config(**ck["config"])
-    model = OlmoeTiny(cfg)
+    model = build_model(cfg)
     if args.untrained:
         # the initial (step 0) weights of the run, for random-routing baselines
-        model.init_weights(ck["args"]["seed"])
+        model.init_weights(ck["args"]["seed"] if "args" in ck else 20261201)
         ck["step"] = 0
     else:
         model.load_state_dict(ck["model"])
@@ -41,37 +42,66 @@ def main():
     assert sum(v.numel() for v in sd.values()) == num_params(model)
     write_safetensors_bf16(os.path.join(args.out, "model.safetensors"), sd, {"format": "pt"})
 
-    config = {
-        "architectures": ["OlmoeForCausalLM"],
-        "model_type": "olmoe",
-        "attention_bias": False,
-        "attention_dropout": 0.0,
-        "hidden_act": "silu",
-        "hidden_size": cfg.hidden_size,
-        "intermediate_size": cfg.intermediate_size,
-        "num_hidden_layers": cfg.num_hidden_layers,
-        "num_attention_heads": cfg.num_attention_heads,
-        "num_key_value_heads": cfg.num_attention_heads,
-        "num_experts": cfg.num_experts,
-        "num_experts_per_tok": cfg.num_experts_per_tok,
-        "norm_topk_prob": False,
-        "rms_norm_eps": cfg.rms_norm_eps,
-        "rope_theta": cfg.rope_theta,
-        "rope_scaling": None,
-        "max_position_embeddings": cfg.max_position_embeddings,
-        "vocab_size": cfg.vocab_size,
-        "tie_word_embeddings": False,
-        "torch_dtype": "bfloat16",
-        "bos_token_id": EOT_ID,
-        "eos_token_id": EOT_ID,
-        "pad_token_id": EOT_ID,
-        "clip_qkv": None,
-        "initializer_range": 0.02,
-        "router_aux_loss_coef": cfg.router_aux_loss_coef,
-        "output_router_logits": False,
-        "use_cache": True,
-        "transformers_version": "4.46.3",
-    }
+    if cfg.arch == "qwen3":
+        config = {
+            "architectures": ["Qwen3ForCausalLM"],
+            "model_type": "qwen3",
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "hidden_act": "silu",
+            "hidden_size": cfg.hidden_size,
+            "intermediate_size": cfg.intermediate_size,
+            "num_hidden_layers": cfg.num_hidden_layers,
+            "num_attention_heads": cfg.num_attention_heads,
+            "num_key_value_heads": cfg.kv_heads,
+            "head_dim": cfg.head_dim,
+            "rms_norm_eps": cfg.rms_norm_eps,
+            "rope_theta": cfg.rope_theta,
+            "rope_scaling": None,
+            "max_position_embeddings": cfg.max_position_embeddings,
+            "vocab_size": cfg.vocab_size,
+            "tie_word_embeddings": cfg.tie_word_embeddings,
+            "use_sliding_window": False,
+            "sliding_window": None,
+            "torch_dtype": "bfloat16",
+            "bos_token_id": EOT_ID,
+            "eos_token_id": EOT_ID,
+            "pad_token_id": EOT_ID,
+            "initializer_range": 0.02,
+            "use_cache": True,
+        }
+    else:
+        config = {
+            "architectures": ["OlmoeForCausalLM"],
+            "model_type": "olmoe",
+            "attention_bias": False,
+            "attention_dropout": 0.0,
+            "hidden_act": "silu",
+            "hidden_size": cfg.hidden_size,
+            "intermediate_size": cfg.intermediate_size,
+            "num_hidden_layers": cfg.num_hidden_layers,
+            "num_attention_heads": cfg.num_attention_heads,
+            "num_key_value_heads": cfg.num_attention_heads,
+            "num_experts": cfg.num_experts,
+            "num_experts_per_tok": cfg.num_experts_per_tok,
+            "norm_topk_prob": False,
+            "rms_norm_eps": cfg.rms_norm_eps,
+            "rope_theta": cfg.rope_theta,
+            "rope_scaling": None,
+            "max_position_embeddings": cfg.max_position_embeddings,
+            "vocab_size": cfg.vocab_size,
+            "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16",
+            "bos_token_id": EOT_ID,
+            "eos_token_id": EOT_ID,
+            "pad_token_id": EOT_ID,
+            "clip_qkv": None,
+            "initializer_range": 0.02,
+            "router_aux_loss_coef": cfg.router_aux_loss_coef,
+            "output_router_logits": False,
+            "use_cache": True,
+            "transformers_version": "4.46.3",
+        }
     with open(os.path.join(args.out, "config.json"), "w") as fh:
         json.dump(config, fh, indent=2)
         fh.write("\n")

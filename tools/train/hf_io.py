@@ -53,9 +53,51 @@ def read_safetensors(path):
     return out
 
 
+def to_hf_dense(model):
+    """Qwen3Dense state -> dict of HF Qwen3 tensor names (no lm_head.weight when tied)"""
+    sd = {"model.embed_tokens.weight": model.embed_tokens.weight,
+          "model.norm.weight": model.norm.weight}
+    if model.lm_head is not None:
+        sd["lm_head.weight"] = model.lm_head.weight
+    for l, layer in enumerate(model.layers):
+        p = f"model.layers.{l}."
+        a = layer.self_attn
+        for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            sd[p + f"self_attn.{n}.weight"] = getattr(a, n).weight
+        sd[p + "self_attn.q_norm.weight"] = a.q_norm.weight
+        sd[p + "self_attn.k_norm.weight"] = a.k_norm.weight
+        sd[p + "input_layernorm.weight"] = layer.input_layernorm.weight
+        sd[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm.weight
+        for n in ("gate_proj", "up_proj", "down_proj"):
+            sd[p + f"mlp.{n}.weight"] = getattr(layer, n).weight
+    return {k: v.detach().float().contiguous() for k, v in sd.items()}
+
+
+def load_hf_dense_into(model, sd):
+    """inverse of to_hf_dense"""
+    with torch.no_grad():
+        model.embed_tokens.weight.copy_(sd["model.embed_tokens.weight"])
+        model.norm.weight.copy_(sd["model.norm.weight"])
+        if model.lm_head is not None:
+            model.lm_head.weight.copy_(sd["lm_head.weight"])
+        for l, layer in enumerate(model.layers):
+            p = f"model.layers.{l}."
+            a = layer.self_attn
+            for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
+                getattr(a, n).weight.copy_(sd[p + f"self_attn.{n}.weight"])
+            a.q_norm.weight.copy_(sd[p + "self_attn.q_norm.weight"])
+            a.k_norm.weight.copy_(sd[p + "self_attn.k_norm.weight"])
+            layer.input_layernorm.weight.copy_(sd[p + "input_layernorm.weight"])
+            layer.post_attention_layernorm.weight.copy_(sd[p + "post_attention_layernorm.weight"])
+            for n in ("gate_proj", "up_proj", "down_proj"):
+                getattr(layer, n).weight.copy_(sd[p + f"mlp.{n}.weight"])
+
+
 def to_hf(model):
     """OlmoeTiny state -> dict of HF OLMoE tensor names (one tensor per expert)"""
     cfg = model.cfg
+    if cfg.arch == "qwen3":
+        return to_hf_dense(model)
     I = cfg.intermediate_size
     sd = {"model.embed_tokens.weight": model.embed_tokens.weight,
           "model.norm.weight": model.norm.weight,
@@ -103,11 +145,23 @@ def load_hf_into(model, sd):
 
 
 def load_exported(folder):
-    """HF folder -> OlmoeTiny in float32 (BF16 weights upcast)"""
+    """HF folder -> OlmoeTiny (olmoe) or Qwen3Dense (qwen3) in float32 (BF16 weights upcast)"""
     import os
-    from model import Config, OlmoeTiny
+    from model import Config, OlmoeTiny, Qwen3Dense
     with open(os.path.join(folder, "config.json")) as fh:
         c = json.load(fh)
+    if c["model_type"] == "qwen3":
+        cfg = Config(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
+                     intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
+                     num_attention_heads=c["num_attention_heads"], num_experts=0, num_experts_per_tok=0,
+                     max_position_embeddings=c["max_position_embeddings"], rms_norm_eps=c["rms_norm_eps"],
+                     rope_theta=c["rope_theta"], arch="qwen3",
+                     num_key_value_heads=c["num_key_value_heads"],
+                     tie_word_embeddings=c["tie_word_embeddings"])
+        model = Qwen3Dense(cfg)
+        load_hf_dense_into(model, read_safetensors(os.path.join(folder, "model.safetensors")))
+        model.eval()
+        return model
     cfg = Config(vocab_size=c["vocab_size"], hidden_size=c["hidden_size"],
                  intermediate_size=c["intermediate_size"], num_hidden_layers=c["num_hidden_layers"],
                  num_attention_heads=c["num_attention_heads"], num_experts=c["num_experts"],

@@ -34,6 +34,15 @@ class Config:
     router_aux_loss_coef: float = 0.01
     router_z_loss_coef: float = 0.001
     fused_attention: bool = True     # training speed only; False = the explicit softmax form
+    # "olmoe": OlmoeTiny (the MoE); "qwen3": Qwen3Dense, the drafter (dense SwiGLU MLP of
+    # width intermediate_size, per-head q/k norm, GQA with num_key_value_heads, tied embeddings)
+    arch: str = "olmoe"
+    num_key_value_heads: int = 0     # 0: = num_attention_heads
+    tie_word_embeddings: bool = False
+
+    @property
+    def kv_heads(self):
+        return self.num_key_value_heads or self.num_attention_heads
 
     @property
     def head_dim(self):
@@ -297,6 +306,106 @@ class OlmoeTiny(nn.Module):
             z = z + torch.logsumexp(rl, dim=-1).pow(2).mean()
         n = len(router_logits)
         return lb / n, z / n
+
+
+class DenseAttention(nn.Module):
+    """Qwen3 attention: GQA, RMSNorm per head over head_dim on q and k (before RoPE)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        H, hd = cfg.hidden_size, cfg.head_dim
+        self.cfg = cfg
+        self.q_proj = nn.Linear(H, cfg.num_attention_heads * hd, bias=False)
+        self.k_proj = nn.Linear(H, cfg.kv_heads * hd, bias=False)
+        self.v_proj = nn.Linear(H, cfg.kv_heads * hd, bias=False)
+        self.o_proj = nn.Linear(cfg.num_attention_heads * hd, H, bias=False)
+        self.q_norm = RMSNorm(hd, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(hd, cfg.rms_norm_eps)
+
+    def forward(self, x, cos, sin):
+        B, S, H = x.shape
+        nh, nkv, hd = self.cfg.num_attention_heads, self.cfg.kv_heads, self.cfg.head_dim
+        q = self.q_norm(self.q_proj(x).view(B, S, nh, hd)).transpose(1, 2)
+        k = self.k_norm(self.k_proj(x).view(B, S, nkv, hd)).transpose(1, 2)
+        v = self.v_proj(x).view(B, S, nkv, hd).transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        if nkv != nh:
+            k = k.repeat_interleave(nh // nkv, dim=1)
+            v = v.repeat_interleave(nh // nkv, dim=1)
+        if self.cfg.fused_attention:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=hd ** -0.5)
+        else:
+            att = (q @ k.transpose(-1, -2)) * (hd ** -0.5)
+            mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
+            att = torch.softmax(att.masked_fill(mask, float("-inf")).float(), dim=-1).to(q.dtype)
+            y = att @ v
+        return self.o_proj(y.transpose(1, 2).reshape(B, S, nh * hd))
+
+
+class DenseBlock(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        H, I = cfg.hidden_size, cfg.intermediate_size
+        self.input_layernorm = RMSNorm(H, cfg.rms_norm_eps)
+        self.self_attn = DenseAttention(cfg)
+        self.post_attention_layernorm = RMSNorm(H, cfg.rms_norm_eps)
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x, cos, sin):
+        h = x + self.self_attn(self.input_layernorm(x), cos, sin)
+        b = self.post_attention_layernorm(h)
+        return h + self.down_proj(F.silu(self.gate_proj(b)) * self.up_proj(b))
+
+
+class Qwen3Dense(nn.Module):
+    """The drafter: HF Qwen3ForCausalLM semantics (pre-norm, per-head q/k RMSNorm, NeoX RoPE over
+    the full head, GQA, SwiGLU MLP, final norm, lm_head tied to the embedding when
+    tie_word_embeddings)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        self.cfg = cfg
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList([DenseBlock(cfg) for _ in range(cfg.num_hidden_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+
+    def init_weights(self, seed, std=0.02):
+        g = torch.Generator().manual_seed(seed)
+        for name, p in self.named_parameters():
+            with torch.no_grad():
+                if p.dim() == 1:
+                    nn.init.ones_(p)
+                else:
+                    p.copy_(torch.randn(p.shape, generator=g) * std)
+        with torch.no_grad():
+            s = 1.0 / math.sqrt(2 * self.cfg.num_hidden_layers)
+            for layer in self.layers:
+                layer.self_attn.o_proj.weight.mul_(s)
+                layer.down_proj.weight.mul_(s)
+
+    def forward(self, ids, return_aux=False):
+        B, S = ids.shape
+        cos, sin = rope_cos_sin(S, self.cfg.head_dim, self.cfg.rope_theta, ids.device)
+        x = self.embed_tokens(ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin)
+        x = self.norm(x)
+        logits = x @ self.embed_tokens.weight.t() if self.lm_head is None else self.lm_head(x)
+        if return_aux:
+            return logits, [], [], []
+        return logits
+
+    def aux_losses(self, router_logits, topis):
+        zero = torch.zeros(())
+        return zero, zero
+
+
+def build_model(cfg):
+    return Qwen3Dense(cfg) if cfg.arch == "qwen3" else OlmoeTiny(cfg)
 
 
 def num_params(model):

@@ -13,10 +13,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--log", default="build-train/train_log.jsonl")
     ap.add_argument("--out", default="models/steer-olmoe-tiny/training_curve.png")
+    ap.add_argument("--title", default="steer-olmoe-tiny training")
     args = ap.parse_args()
     recs = [json.loads(l) for l in open(args.log)]
+    start = next((r for r in recs if r.get("event") == "start"), {"args": {"batch": 16, "seq": 256}})
+    batch, seq = start["args"]["batch"], start["args"]["seq"]
     steps = [r for r in recs if "step" in r and "loss" in r]
-    end = next((r for r in recs if r.get("event") == "end"), None)
+    end = next((r for r in reversed(recs) if r.get("event") == "end"), None)
     s = np.array([r["step"] for r in steps])
     loss = np.array([r["loss"] for r in steps])
     lb = np.array([r["lb"] for r in steps])
@@ -29,9 +32,9 @@ def main():
     a1.plot(s, loss, color="0.75", lw=0.8, label="train loss (per step)")
     a1.plot(s[len(s) - len(smooth):], smooth, color="C0", label=f"train loss ({k}-step mean)")
     a1.plot([e[0] for e in ev], [e[1] for e in ev], "o-", color="C3", label="eval-split loss (16 windows)")
-    a1.set_xlabel("step (16 x 256 tokens)")
+    a1.set_xlabel(f"step ({batch} x {seq} tokens)")
     a1.set_ylabel("cross-entropy (nats/token)")
-    a1.set_title("steer-olmoe-tiny training")
+    a1.set_title(args.title)
     a1.grid(alpha=0.3)
     a1.legend()
     a2.plot(s, lb, color="C2")

@@ -19,7 +19,7 @@ More sources of the small corpus (see models/steer-olmoe-small/README.md for ver
   * pgsql: PostgreSQL 15 manual, /usr/share/doc/postgresql-doc-15/html/*.html as text
            (postgresql-doc-15; PostgreSQL licence)
   * gcide: GNU Collaborative International Dictionary of English, /usr/share/dictd/gcide.dict.dz,
-           cut into documents of about 16 kB at entry boundaries (dict-gcide; GPL-3+), capped
+           cut into documents of about 16 kB at entry boundaries (dict-gcide; GPL-2+), capped
   * debref: Debian Reference, /usr/share/debian-reference/*.en.html as text
            (debian-reference-en; GPL-2+)
 

@@ -26,10 +26,10 @@ from hf_io import load_exported  # noqa: E402
 MAX_TOKENS = 24
 
 
-def pick_texts(workdir, tok):
+def pick_texts(workdir, tok, sources):
     docs = [json.loads(l) for l in open(os.path.join(workdir, "eval.jsonl"), encoding="utf-8")]
     out = []
-    for src in ("code:", "docs:", "bible:"):
+    for src in sources:
         doc = next(d for d in docs if d["id"].startswith(src))
         lines = doc["text"].split("\n")
         # skip the first lines (licence headers, titles); start at a non-empty line
@@ -53,14 +53,16 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", default="build-train")
     ap.add_argument("--model", default="models/steer-olmoe-tiny")
+    ap.add_argument("--sources", default="code:,docs:,bible:",
+                    help="comma-separated document-id prefixes: one sequence from the first eval document of each")
     args = ap.parse_args()
     torch.set_num_threads(1)
     tok = Tokenizer.from_file(os.path.join(args.model, "tokenizer.json"))
     model = load_exported(args.model)
-    seqs = pick_texts(args.workdir, tok)
+    seqs = pick_texts(args.workdir, tok, [p for p in args.sources.split(",") if p])
     refdir = os.path.join(args.model, "reference")
     os.makedirs(refdir, exist_ok=True)
-    k = model.cfg.num_experts_per_tok
+    k = model.cfg.num_experts_per_tok                   # 0 for the dense drafter
     for i, s in enumerate(seqs):
         ids = torch.tensor([s["tokens"]], dtype=torch.long)
         logits, rlog, _, _ = model(ids, return_aux=True)
@@ -85,7 +87,7 @@ def main():
             "layers": model.cfg.num_hidden_layers, "top_k": k,
             "logits_layout": "float32 little-endian [n][vocab_size]; row p = logits after tokens[0..p]",
             "topk_layout": "topk_experts[layer][position] = expert ids by descending router probability",
-            "torch": torch.__version__, "sequences": seqs}
+            "torch": str(torch.__version__), "sequences": seqs}
     with open(os.path.join(refdir, "reference.json"), "w") as fh:
         json.dump(meta, fh, indent=1)
         fh.write("\n")

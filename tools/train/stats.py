@@ -20,6 +20,14 @@ Statistics (per MoE layer l, exact top-8 routing, positions within a window):
   lru_hit@C      hit rate of a per-layer LRU cache of C experts under exact routing, reset per window
   load           fraction of assignments per expert: max and min relative to uniform (1/64),
                  coefficient of variation, and how many experts take half of the assignments
+  entropy        mean entropy (nats) of the router softmax over all E experts (uniform: ln E)
+  margin_top1    mean p(1) - p(2) of the sorted router probabilities
+  margin_top8    mean p(8) - p(9): how far the last selected expert is from the first rejected
+                 one (with K = 8); cache-aware bonuses flip selections where this is small
+  top8_mass      mean sum of the 8 largest probabilities
+
+--checkpoint reads a training checkpoint or snapshot (float32, as trained) instead of the
+exported folder (--model then only supplies the tokenizer), for statistics over training.
 
 Writes a JSON file (--out) and prints a Markdown table.
 """
@@ -67,9 +75,18 @@ def main():
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--out", default="models/steer-olmoe-tiny/routing_stats.json")
     ap.add_argument("--max-windows", type=int, default=0, help="0: all")
+    ap.add_argument("--checkpoint", default="", help="a train.py checkpoint/snapshot instead of --model's weights")
+    ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
-    torch.set_num_threads(1)
-    model = load_exported(args.model)
+    torch.set_num_threads(args.threads)
+    if args.checkpoint:
+        from model import Config, build_model
+        ck = torch.load(args.checkpoint, weights_only=False)
+        model = build_model(Config(**ck["config"]))
+        model.load_state_dict(ck["model"])
+        model.eval()
+    else:
+        model = load_exported(args.model)
     cfg = model.cfg
     E, K, L = cfg.num_experts, cfg.num_experts_per_tok, cfg.num_hidden_layers
     if args.text:
@@ -93,6 +110,7 @@ def main():
     loads = np.zeros((L, E))
     caps = (8, 16, 32)
     lru = {c: np.zeros((L, 2)) for c in caps}
+    ent = np.zeros(L); m1 = np.zeros(L); m8 = np.zeros(L); mass8 = np.zeros(L); nrt = 0
     for i in range(0, nwin, 8):
         xb = win[i:i + 8]
         logits, rlog, topi, inputs = model(xb, return_aux=True)
@@ -100,7 +118,14 @@ def main():
         nll_sum += nll.item(); nll_n += xb[:, 1:].numel()
         B, S = xb.shape
         sel = [ti.view(B, S, K) for ti in topi]                      # [B, S, K] per layer
+        nrt += B * S
         for l in range(L):
+            pr = torch.softmax(rlog[l].float(), dim=-1)
+            ent[l] += -(pr * torch.log(pr.clamp_min(1e-30))).sum().item()
+            ps = torch.sort(pr, dim=-1, descending=True).values
+            m1[l] += (ps[:, 0] - ps[:, 1]).sum().item()
+            m8[l] += (ps[:, K - 1] - ps[:, K]).sum().item()
+            mass8[l] += ps[:, :K].sum().item()
             m = torch.zeros(B, S, E, dtype=torch.bool)
             m.scatter_(2, sel[l], True)
             loads[l] += m.sum((0, 1)).numpy()
@@ -141,19 +166,24 @@ def main():
             "load_min_rel": float(f[-1] * E),
             "load_cv": float(frac[l].std() / frac[l].mean()),
             "experts_for_half": int(np.searchsorted(np.cumsum(f), 0.5) + 1),
+            "entropy": ent[l] / nrt,
+            "margin_top1": m1[l] / nrt,
+            "margin_top8": m8[l] / nrt,
+            "top8_mass": mass8[l] / nrt,
             "load": [round(float(v), 5) for v in frac[l]],
         })
     with open(args.out, "w") as fh:
         json.dump(res, fh, indent=1)
         fh.write("\n")
     print(f"eval: {nwin} windows x {args.seq} tokens, loss {res['eval_loss']:.4f}, ppl {res['ppl']:.2f}")
-    print("| layer | reuse t-1 | reuse t-1..t-4 | pre-gate recall@8 | LRU hit C=8 | C=16 | C=32 | max load (x uniform) | min load | load CV | experts for 50% |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| layer | reuse t-1 | reuse t-1..t-4 | pre-gate recall@8 | LRU hit C=8 | C=16 | C=32 | max load (x uniform) | min load | load CV | experts for 50% | entropy | p1-p2 | p8-p9 | top-8 mass |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in res["layers"]:
         pr = "-" if r["pregate_recall"] is None else f"{r['pregate_recall']:.3f}"
         print(f"| {r['layer']} | {r['reuse']:.3f} | {r['reuse_any4']:.3f} | {pr} | {r['lru_hit@8']:.3f} | "
               f"{r['lru_hit@16']:.3f} | {r['lru_hit@32']:.3f} | {r['load_max_rel']:.2f} | {r['load_min_rel']:.2f} | "
-              f"{r['load_cv']:.2f} | {r['experts_for_half']} |")
+              f"{r['load_cv']:.2f} | {r['experts_for_half']} | {r['entropy']:.2f} | {r['margin_top1']:.3f} | "
+              f"{r['margin_top8']:.4f} | {r['top8_mass']:.3f} |")
 
 
 if __name__ == "__main__":

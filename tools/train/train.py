@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from model import Config, OlmoeTiny, num_params  # noqa: E402
+from model import Config, build_model, num_params  # noqa: E402
 
 
 def get_batch(tokens, seed, step, batch, seq):
@@ -89,6 +89,10 @@ def main():
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--experts", type=int, default=64)
     ap.add_argument("--topk", type=int, default=8)
+    ap.add_argument("--arch", choices=["olmoe", "qwen3"], default="olmoe",
+                    help="olmoe: the MoE; qwen3: the dense drafter (--dense-ffn, --kv-heads)")
+    ap.add_argument("--dense-ffn", type=int, default=384, help="qwen3: MLP width")
+    ap.add_argument("--kv-heads", type=int, default=0, help="qwen3: KV heads (0: = --heads)")
     args = ap.parse_args()
 
     torch.set_num_threads(args.threads)
@@ -101,11 +105,14 @@ def main():
     with open(os.path.join(args.workdir, "tokenizer.json")) as fh:
         vocab = len(json.load(fh)["model"]["vocab"])
 
-    cfg = Config(vocab_size=vocab, hidden_size=args.hidden, intermediate_size=args.expert_ffn,
+    dense = args.arch == "qwen3"
+    cfg = Config(vocab_size=vocab, hidden_size=args.hidden,
+                 intermediate_size=args.dense_ffn if dense else args.expert_ffn,
                  num_hidden_layers=args.layers, num_attention_heads=args.heads,
-                 num_experts=args.experts, num_experts_per_tok=args.topk,
-                 max_position_embeddings=args.seq)
-    model = OlmoeTiny(cfg)
+                 num_experts=0 if dense else args.experts, num_experts_per_tok=0 if dense else args.topk,
+                 max_position_embeddings=args.seq, arch=args.arch,
+                 num_key_value_heads=args.kv_heads if dense else 0, tie_word_embeddings=dense)
+    model = build_model(cfg)
     model.init_weights(args.seed)
     decay = [p for n, p in model.named_parameters() if p.dim() >= 2 and "embed_tokens" not in n]
     no_decay = [p for n, p in model.named_parameters() if not (p.dim() >= 2 and "embed_tokens" not in n)]
@@ -116,13 +123,20 @@ def main():
     log_path = os.path.join(args.workdir, "train_log.jsonl")
     step = 0
     if args.resume and os.path.exists(ckpt_path):
-        ck = torch.load(ckpt_path)
+        ck = torch.load(ckpt_path, weights_only=False)  # our own file (holds the args dict)
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         step = ck["step"]
         if args.steps == 0:
             args.steps = ck["args"]["steps"]
         print(f"resumed at step {step}, steps {args.steps}", flush=True)
+        # steps logged after the checkpoint was written are redone: drop their records
+        if os.path.exists(log_path):
+            with open(log_path) as fh:
+                keep = [l for l in fh if json.loads(l).get("step", 0) <= step or "event" in json.loads(l)]
+            with open(log_path + ".tmp", "w") as fh:
+                fh.writelines(keep)
+            os.replace(log_path + ".tmp", log_path)
     else:
         open(log_path, "w").close()
 
@@ -134,11 +148,11 @@ def main():
     def save(reason):
         torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": step,
                     "config": cfg.to_dict(), "args": vars(args), "reason": reason,
-                    "torch": torch.__version__}, ckpt_path + ".tmp")
+                    "torch": str(torch.__version__)}, ckpt_path + ".tmp")
         os.replace(ckpt_path + ".tmp", ckpt_path)
 
     log({"event": "start", "params": num_params(model), "config": cfg.to_dict(), "args": vars(args),
-         "train_tokens": int(len(train_tok)), "eval_tokens": int(len(eval_tok)), "torch": torch.__version__})
+         "train_tokens": int(len(train_tok)), "eval_tokens": int(len(eval_tok)), "torch": str(torch.__version__)})
     snapshot_steps = {int(v) for v in args.snapshots.split(",") if v.strip()}
     if 0 in snapshot_steps and step == 0:
         torch.save({"model": model.state_dict(), "step": 0, "config": cfg.to_dict(), "tokens": 0},
@@ -172,8 +186,8 @@ def main():
         step += 1
         dt = time.time() - t0
         step_times.append(dt)
-        rec = {"step": step, "loss": round(lm.item(), 4), "lb": round(lb.item(), 4),
-               "z": round(z.item(), 3), "lr": lr, "gnorm": round(gnorm, 3), "dt": round(dt, 2),
+        rec = {"step": step, "loss": round(lm.item(), 4), "lb": round(float(lb), 4),
+               "z": round(float(z), 3), "lr": lr, "gnorm": round(gnorm, 3), "dt": round(dt, 2),
                "elapsed": round(time.time() - t_start, 1)}
         if step % args.eval_every == 0 or step == 1:
             rec["eval_loss"] = round(evaluate(model, eval_tok, args.seq, args.eval_windows), 4)
