@@ -262,7 +262,7 @@ TEST(DenseQwen3, CommandsRunWithDefaultOptions) {
     r = cli("detokenize" + m + " --ids 116,104,101");
     EXPECT_EQ(r.status, 0) << r.output;
     EXPECT_THAT(r.output, HasSubstr("the"));
-    for (const std::string cmd :
+    for (const std::string& cmd :
          {"trace" + m + " -f " + text.string() + " -o " + temp("dense_trace").string(),
           "bench" + m + " -f " + text.string(), "kl" + m + " -f " + text.string() + " --policy exact:evict=lru"}) {
       SCOPED_TRACE(cmd);
