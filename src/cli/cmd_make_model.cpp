@@ -1,7 +1,7 @@
 // `steermoe make-model`: writes a random-weight model of a real shape (OLMoE-1B-7B,
-// Qwen3-30B-A3B, Moonlight-16B-A3B, the dense Qwen3-0.6B), a small one, or the shape of a config.json, as GGUF (-o
-// ending in .gguf) or as an HF folder (config.json + model.safetensors), with a synthetic
-// byte-level BPE tokenizer so that `run` works on it.
+// Qwen3-30B-A3B, Moonlight-16B-A3B, the dense Qwen3-0.6B), a small one, or the shape of a
+// config.json, as GGUF (-o ending in .gguf) or as an HF folder (config.json +
+// model.safetensors), with a synthetic byte-level BPE tokenizer so that `run` works on it.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>

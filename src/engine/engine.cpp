@@ -70,11 +70,13 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
     fail("engine", "--max-inflight", "expected 1..1024, found {}", params.max_inflight);
   }
   // No expert to move: a dense model's experts are "resident" whatever --link says.
-  offload_ = std::make_unique<Offload>(model_, LinkOptions{.spec = dense ? "resident" : params.link,
-                                                   .verify = params.verify,
-                                                   .test_copy_delay_max_s = params.test_copy_delay_max_s,
-                                                   .test_copy_delay_seed = params.test_copy_delay_seed},
-                                       slots_);
+  offload_ =
+      std::make_unique<Offload>(model_,
+                                LinkOptions{.spec = dense ? "resident" : params.link,
+                                            .verify = params.verify,
+                                            .test_copy_delay_max_s = params.test_copy_delay_max_s,
+                                            .test_copy_delay_seed = params.test_copy_delay_seed},
+                                slots_);
   step_ = std::make_unique<schedule::OffloadStep>(
       spec_, config, calibration_,
       schedule::OffloadParams{.cache_slots = slots_,

@@ -333,10 +333,11 @@ void ModelConfig::validate() const {
 
 std::string ModelConfig::summary() const {
   if (!has_moe()) {
-    return fmt::format("{}: {} layers (dense, no experts), hidden {}, vocab {}, heads {}/{} x {}, "
-                       "ffn {}{}",
-                       family_name(*this), layers, hidden, vocab, heads, kv_heads, head_dim,
-                       dense_ffn, tied_embeddings ? ", tied embeddings" : "");
+    return fmt::format(
+        "{}: {} layers (dense, no experts), hidden {}, vocab {}, heads {}/{} x {}, "
+        "ffn {}{}",
+        family_name(*this), layers, hidden, vocab, heads, kv_heads, head_dim, dense_ffn,
+        tied_embeddings ? ", tied embeddings" : "");
   }
   std::string s = fmt::format(
       "{}: {} layers ({} MoE), hidden {}, vocab {}, heads {}/{}, {} experts top-{} (ffn {}), "

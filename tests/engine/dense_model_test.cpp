@@ -29,7 +29,8 @@ namespace {
 namespace fs = std::filesystem;
 using testing::HasSubstr;
 
-const fs::path kModel = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "hf_models" / "qwen3_dense";
+const fs::path kModel =
+    fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "hf_models" / "qwen3_dense";
 constexpr float kTolerance = 1e-4f;  // max abs logit error, as for the other HF references
 
 std::vector<float> read_f32(const fs::path& p) {
@@ -99,8 +100,8 @@ TEST(DenseQwen3, MatchesTransformers) {
       e.prefill(tokens, got);
       const float b = max_abs_diff(got, full);
       EXPECT_LT(b, kTolerance) << "batch " << batch;
-      std::printf("[ dense  ] threads %d: decode max abs %.3g, batched(%d) max abs %.3g\n",
-                  threads, static_cast<double>(d), batch, static_cast<double>(b));
+      std::printf("[ dense  ] threads %d: decode max abs %.3g, batched(%d) max abs %.3g\n", threads,
+                  static_cast<double>(d), batch, static_cast<double>(b));
     }
   }
 }
@@ -205,7 +206,9 @@ Result cli(const std::string& args) {
   return r;
 }
 
-fs::path temp(const std::string& name) { return fs::path(testing::TempDir()) / name; }
+fs::path temp(const std::string& name) {
+  return fs::path(testing::TempDir()) / name;
+}
 
 // make-model writes a dense qwen3 (HF folder with a tokenizer, and GGUF arch "qwen3"); the
 // commands that run a model work on it with their default options (a stray calib.smcal beside
@@ -224,15 +227,20 @@ TEST(DenseQwen3, CommandsRunWithDefaultOptions) {
   const fs::path text = temp("dense.txt");
   std::ofstream(text) << "the cat sat on the mat and the dog sat on the log. the end.";
   const fs::path requests = temp("dense_score.jsonl");
-  std::ofstream(requests) << R"({"context": "the cat", "continuation": " sat"})" << "\n";
+  std::ofstream(requests) << R"({"context": "the cat", "continuation": " sat"})"
+                          << "\n";
   // A calibration file of an MoE model's shape beside the dense model: not used, not an error.
   {
     const fs::path moe = temp("dense_moe_for_calib.gguf");
-    ASSERT_EQ(cli("make-model --arch olmoe --shape olmoe-small --random -o " + moe.string()).status, 0);
+    ASSERT_EQ(cli("make-model --arch olmoe --shape olmoe-small --random -o " + moe.string()).status,
+              0);
     const fs::path dir = temp("dense_calib_trace");
     fs::remove_all(dir);
-    ASSERT_EQ(cli("trace -m " + moe.string() + " -f " + text.string() + " -o " + dir.string()).status, 0);
-    ASSERT_EQ(cli("calibrate --trace " + dir.string() + " -o " + (hf / "calib.smcal").string()).status, 0);
+    ASSERT_EQ(
+        cli("trace -m " + moe.string() + " -f " + text.string() + " -o " + dir.string()).status, 0);
+    ASSERT_EQ(
+        cli("calibrate --trace " + dir.string() + " -o " + (hf / "calib.smcal").string()).status,
+        0);
   }
   for (const fs::path& model : {hf, gguf}) {
     SCOPED_TRACE(model.string());
@@ -264,7 +272,8 @@ TEST(DenseQwen3, CommandsRunWithDefaultOptions) {
     EXPECT_THAT(r.output, HasSubstr("the"));
     for (const std::string& cmd :
          {"trace" + m + " -f " + text.string() + " -o " + temp("dense_trace").string(),
-          "bench" + m + " -f " + text.string(), "kl" + m + " -f " + text.string() + " --policy exact:evict=lru"}) {
+          "bench" + m + " -f " + text.string(),
+          "kl" + m + " -f " + text.string() + " --policy exact:evict=lru"}) {
       SCOPED_TRACE(cmd);
       r = cli(cmd);
       EXPECT_NE(r.status, 0);
