@@ -45,4 +45,13 @@ policy::Calibration load_calibration_for(const std::string& path, const model::M
                               "the model " + c.source + "'s");
 }
 
+void require_moe_layers(const std::string& model_path, const model::ModelConfig& config,
+                        const std::string& command) {
+  if (config.has_moe()) return;
+  fail(command, "model",
+       "model {} has no MoE layers (a dense {} model): {} needs routed experts; run, logits, "
+       "perplexity, score and tokenize work on it",
+       model_path, model::family_name(config), command);
+}
+
 }  // namespace steermoe::cli

@@ -21,4 +21,9 @@ policy::Calibration load_calibration_for(const std::string& path, const model::M
 policy::Calibration load_calibration_for(const std::string& path, int layers, int experts,
                                          int top_k, int vocab, const std::string& against);
 
+// Commands that only make sense with routed experts (trace, bench, kl) refuse a dense model
+// (a Qwen3 without MoE layers) up front: "model X has no MoE layers ...".
+void require_moe_layers(const std::string& model_path, const model::ModelConfig& config,
+                        const std::string& command);
+
 }  // namespace steermoe::cli

@@ -105,6 +105,7 @@ void add_bench_command(CLI::App& root) {
     if (o->generate == 0 && o->file.empty() && o->scores_from.empty())
       fail("bench", "-f", "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
     auto model = model::Model::load(o->model);
+    require_moe_layers(o->model, model->config(), "bench");
     const model::ModelConfig& cfg = model->config();
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     std::vector<std::vector<int32_t>> sequences;

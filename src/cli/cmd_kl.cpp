@@ -50,6 +50,7 @@ void add_kl_command(CLI::App& root) {
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
+    require_moe_layers(o->model, model->config(), "kl");
     const model::ModelConfig& cfg = model->config();
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> ids =

@@ -1,7 +1,7 @@
 // `steermoe make-model`: writes a random-weight model of a real shape (OLMoE-1B-7B,
-// Qwen3-30B-A3B, Moonlight-16B-A3B), a small one, or the shape of a config.json, as GGUF (-o
-// ending in .gguf) or as an HF folder (config.json + model.safetensors), with a synthetic
-// byte-level BPE tokenizer so that `run` works on it.
+// Qwen3-30B-A3B, Moonlight-16B-A3B, the dense Qwen3-0.6B), a small one, or the shape of a
+// config.json, as GGUF (-o ending in .gguf) or as an HF folder (config.json +
+// model.safetensors), with a synthetic byte-level BPE tokenizer so that `run` works on it.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -71,13 +71,15 @@ void add_make_model_command(CLI::App& root) {
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
       "make-model", "Write a random-weight model of a real or small shape (GGUF or HF folder)");
-  cmd->add_option("--arch", o->arch, "Family: olmoe, qwen3moe, deepseek, qwen35moe or qwen3next")
+  cmd->add_option("--arch", o->arch,
+                  "Family: olmoe, qwen3moe, qwen3 (dense), deepseek, qwen35moe or qwen3next")
       ->required()
-      ->check(CLI::IsMember({"olmoe", "qwen3moe", "deepseek", "qwen35moe", "qwen3next"}));
+      ->check(CLI::IsMember({"olmoe", "qwen3moe", "qwen3", "deepseek", "qwen35moe", "qwen3next"}));
   auto* shape = cmd->add_option(
       "--shape", o->shape,
-      "OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, Qwen3.6-35B-A3B, Qwen3-Next-80B-A3B, "
-      "olmoe-small, qwen3moe-small, deepseek-small, qwen35moe-small, qwen3next-small");
+      "OLMoE-1B-7B, Qwen3-30B-A3B, Qwen3-0.6B, Moonlight-16B-A3B, Qwen3.6-35B-A3B, "
+      "Qwen3-Next-80B-A3B, olmoe-small, qwen3moe-small, qwen3-small, deepseek-small, "
+      "qwen35moe-small, qwen3next-small");
   auto* config =
       cmd->add_option("--config", o->config, "A HuggingFace config.json giving the shape");
   shape->excludes(config);
@@ -94,9 +96,9 @@ void add_make_model_command(CLI::App& root) {
       fail("make-model", "--shape/--config", "expected one of them");
     model::ModelConfig c =
         o->config.empty() ? model::shape_config(o->shape) : model::load_hf_config(o->config);
-    if (model::family_name(c.family) != o->arch) {
+    if (model::family_name(c) != o->arch) {
       fail("make-model", "--arch", "'{}' does not match the shape's family '{}'", o->arch,
-           model::family_name(c.family));
+           model::family_name(c));
     }
     if (o->layers > 0 && o->layers < c.layers) {
       c.layers = o->layers;

@@ -99,9 +99,13 @@ void add_run_command(CLI::App& root) {
     std::fprintf(stderr, "decode: %d tokens in %.1f ms (%.2f tok/s, %.2f ms/token), %d threads\n",
                  decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0,
                  decoded > 0 ? decode_s * 1e3 / decoded : 0.0, engine.threads());
-    std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
-                 engine.experts().describe().c_str(), engine.policy().to_string().c_str(),
-                 engine.cache_slots(), model->config().experts);
+    if (!model->config().has_moe()) {
+      std::fprintf(stderr, "experts: none (dense model)\n");
+    } else {
+      std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
+                   engine.experts().describe().c_str(), engine.policy().to_string().c_str(),
+                   engine.cache_slots(), model->config().experts);
+    }
     if (const schedule::TransferScheduler* sched = engine.offload().scheduler();
         sched != nullptr && sched->totals().tokens > 0) {
       const schedule::RunTotals& t = sched->totals();

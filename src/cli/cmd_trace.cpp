@@ -49,6 +49,7 @@ void add_trace_command(CLI::App& root) {
   add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
+    require_moe_layers(o->model, model->config(), "trace");
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     std::vector<int32_t> ids =
         tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});

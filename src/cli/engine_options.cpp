@@ -58,6 +58,7 @@ std::string resolve_backend(const std::string& backend) {
 int resolve_cache(const EngineOptions& o, const model::ModelConfig& config) {
   if (o.cache > 0 && o.residency > 0)
     fail("--residency", "value", "expected either --cache or --residency, not both");
+  if (!config.has_moe()) return 0;  // a dense model has no expert cache (--cache is a no-op)
   if (o.cache > 0) return o.cache;
   if (o.residency > 0) {
     const int c = static_cast<int>(std::lround(o.residency * config.experts));
@@ -78,6 +79,12 @@ std::string calibration_path(const EngineOptions& o, const std::string& model_pa
 std::optional<policy::Calibration> load_calibration(const std::string& path,
                                                     const model::ModelConfig& config) {
   if (path.empty()) return std::nullopt;
+  if (!config.has_moe()) {
+    // Nothing is routed: a calibration is not needed, and none can fit (no MoE layer).
+    std::fprintf(stderr, "steermoe: note: %s has no MoE layers; calibration %s is not used\n",
+                 config.source.c_str(), path.c_str());
+    return std::nullopt;
+  }
   policy::Calibration c = trace::read_calibration(path);
   if (c.layers != config.moe_layer_count() || c.experts != config.experts ||
       c.top_k != config.top_k) {
@@ -91,7 +98,7 @@ std::optional<policy::Calibration> load_calibration(const std::string& path,
 
 void require_calibration(const std::string& policy, int cache, const model::ModelConfig& config,
                          bool have_calibration, const std::string& model_path) {
-  if (have_calibration || cache >= config.experts) return;
+  if (have_calibration || cache >= config.experts || !config.has_moe()) return;
   const policy::PolicyConfig p = policy::parse_policy(policy);
   // Exact routing with the LRU clock needs nothing calibrated; everything else uses the warm
   // set, the score range or the token prior.

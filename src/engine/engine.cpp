@@ -48,11 +48,15 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
     fail("engine", "context", "expected 1..4194304 positions, found {}", context_);
   }
 
-  // Routing: the policy, the cache size and the calibration must fit the model.
+  // Routing: the policy, the cache size and the calibration must fit the model. A dense model
+  // (no MoE layer) routes nothing: the policy is still parsed (a typo stays an error), but the
+  // cache size, the calibration and the link are no-ops there, so that the default options of
+  // every command (and a calibration of another model) run it unchanged.
+  const bool dense = !cfg_.has_moe();
   const policy::PolicyConfig config = policy::parse_policy(params.policy);
-  slots_ = params.cache_slots > 0 ? params.cache_slots : spec_.experts;
+  slots_ = dense ? 0 : params.cache_slots > 0 ? params.cache_slots : spec_.experts;
   policy::validate(config, spec_, slots_);
-  const policy::Calibration* calibration = params.calibration;
+  const policy::Calibration* calibration = dense ? nullptr : params.calibration;
   if (calibration != nullptr &&
       (calibration->layers != spec_.layers || calibration->experts != spec_.experts ||
        calibration->top_k != spec_.top_k)) {
@@ -65,11 +69,14 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (params.max_inflight < 1 || params.max_inflight > 1024) {
     fail("engine", "--max-inflight", "expected 1..1024, found {}", params.max_inflight);
   }
-  offload_ = std::make_unique<Offload>(model_, LinkOptions{.spec = params.link,
-                                                   .verify = params.verify,
-                                                   .test_copy_delay_max_s = params.test_copy_delay_max_s,
-                                                   .test_copy_delay_seed = params.test_copy_delay_seed},
-                                       slots_);
+  // No expert to move: a dense model's experts are "resident" whatever --link says.
+  offload_ =
+      std::make_unique<Offload>(model_,
+                                LinkOptions{.spec = dense ? "resident" : params.link,
+                                            .verify = params.verify,
+                                            .test_copy_delay_max_s = params.test_copy_delay_max_s,
+                                            .test_copy_delay_seed = params.test_copy_delay_seed},
+                                slots_);
   step_ = std::make_unique<schedule::OffloadStep>(
       spec_, config, calibration_,
       schedule::OffloadParams{.cache_slots = slots_,

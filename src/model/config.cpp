@@ -25,6 +25,11 @@ std::string_view family_name(Family family) {
   return "?";
 }
 
+std::string_view family_name(const ModelConfig& config) {
+  if (config.family == Family::kQwen3Moe && !config.has_moe()) return "qwen3";
+  return family_name(config.family);
+}
+
 bool is_hybrid(Family family) {
   return family == Family::kQwen3Next || family == Family::kQwen35Moe;
 }
@@ -239,21 +244,31 @@ void ModelConfig::validate() const {
   if (moe_layer.size() != static_cast<size_t>(layers)) {
     fail(w, "moe layers", "expected one flag per layer ({}), found {}", layers, moe_layer.size());
   }
-  if (moe_layer_count() == 0) fail(w, "layers", "expected at least one MoE layer, found none");
-  check_range(w, "num_experts", experts, 1, L::kMaxExperts);
-  check_range(w, "num_experts_per_tok", top_k, 1, experts);
-  check_range(w, "moe_intermediate_size", expert_ffn, 1, L::kMaxFfn);
-  check_range(w, "shared expert intermediate size", shared_ffn, 0, L::kMaxFfn);
+  if (!has_moe()) {
+    // Only the dense Qwen3 has no MoE layer; it has no expert either (a Qwen3-MoE config whose
+    // every layer is in mlp_only_layers still names experts and is refused here).
+    if (family != Family::kQwen3Moe || experts != 0) {
+      fail(w, "layers", "expected at least one MoE layer, found none");
+    }
+    if (top_k != 0 || expert_ffn != 0 || shared_ffn != 0 || n_group != 1 || topk_group != 1) {
+      fail(w, "experts", "expected no expert settings in a dense model");
+    }
+  } else {
+    check_range(w, "num_experts", experts, 1, L::kMaxExperts);
+    check_range(w, "num_experts_per_tok", top_k, 1, experts);
+    check_range(w, "moe_intermediate_size", expert_ffn, 1, L::kMaxFfn);
+    check_range(w, "shared expert intermediate size", shared_ffn, 0, L::kMaxFfn);
+    check_range(w, "n_group", n_group, 1, experts);
+    if (experts % n_group != 0) {
+      fail(w, "n_group", "expected a divisor of the expert count ({}), found {}", experts, n_group);
+    }
+    check_range(w, "topk_group", topk_group, 1, n_group);
+    if (n_group > 1 && top_k > topk_group * (experts / n_group)) {
+      fail(w, "topk_group", "the kept groups ({} x {} experts) must hold top_k = {} experts",
+           topk_group, experts / n_group, top_k);
+    }
+  }
   if (moe_layer_count() < layers) check_range(w, "intermediate_size", dense_ffn, 1, L::kMaxFfn);
-  check_range(w, "n_group", n_group, 1, experts);
-  if (experts % n_group != 0) {
-    fail(w, "n_group", "expected a divisor of the expert count ({}), found {}", experts, n_group);
-  }
-  check_range(w, "topk_group", topk_group, 1, n_group);
-  if (n_group > 1 && top_k > topk_group * (experts / n_group)) {
-    fail(w, "topk_group", "the kept groups ({} x {} experts) must hold top_k = {} experts",
-         topk_group, experts / n_group, top_k);
-  }
   if (!(routed_scaling_factor > 0.0f && std::isfinite(routed_scaling_factor))) {
     fail(w, "routed_scaling_factor", "expected a positive finite value, found {}",
          routed_scaling_factor);
@@ -317,6 +332,13 @@ void ModelConfig::validate() const {
 }
 
 std::string ModelConfig::summary() const {
+  if (!has_moe()) {
+    return fmt::format(
+        "{}: {} layers (dense, no experts), hidden {}, vocab {}, heads {}/{} x {}, "
+        "ffn {}{}",
+        family_name(*this), layers, hidden, vocab, heads, kv_heads, head_dim, dense_ffn,
+        tied_embeddings ? ", tied embeddings" : "");
+  }
   std::string s = fmt::format(
       "{}: {} layers ({} MoE), hidden {}, vocab {}, heads {}/{}, {} experts top-{} (ffn {}), "
       "router {}{}",
@@ -362,8 +384,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   const std::string p = arch + ".";
   if (arch == "olmoe") {
     c.family = Family::kOlmoe;
-  } else if (arch == "qwen3moe") {
-    c.family = Family::kQwen3Moe;
+  } else if (arch == "qwen3moe" || arch == "qwen3") {
+    c.family = Family::kQwen3Moe;  // qwen3: the dense Qwen3, every layer dense (below)
   } else if (arch == "deepseek2") {
     c.family = Family::kDeepseekV3;
   } else if (arch == "qwen3next") {
@@ -372,8 +394,9 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     c.family = Family::kQwen35Moe;
   } else {
     fail(f.name(), "general.architecture",
-         "expected olmoe, qwen3moe, deepseek2, qwen3next or qwen35moe, found '{}'", arch);
+         "expected olmoe, qwen3moe, qwen3, deepseek2, qwen3next or qwen35moe, found '{}'", arch);
   }
+  const bool dense = arch == "qwen3";
   c.hidden = gguf_int(f, p + "embedding_length");
   c.gguf_prefix = p;
   c.layers = gguf_int(f, p + "block_count");
@@ -385,8 +408,10 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.max_positions = gguf_int_or(f, p + "context_length", 4096);
   c.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon"));
   c.rope_theta = static_cast<float>(f.find_float(p + "rope.freq_base").value_or(10000.0));
-  c.experts = gguf_int(f, p + "expert_count");
-  c.top_k = gguf_int(f, p + "expert_used_count");
+  if (!dense) {  // llama.cpp's qwen3 has no expert keys
+    c.experts = gguf_int(f, p + "expert_count");
+    c.top_k = gguf_int(f, p + "expert_used_count");
+  }
   if (f.has(p + "vocab_size")) {
     c.vocab = gguf_int(f, p + "vocab_size");
   } else if (auto embd = f.find_tensor_info("token_embd.weight"); embd && embd->shape.size() == 2) {
@@ -397,7 +422,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.tied_embeddings = !f.has_tensor("output.weight");
   if (auto bos = f.find_uint("tokenizer.ggml.bos_token_id")) c.bos_token = static_cast<int>(*bos);
   if (auto eos = f.find_uint("tokenizer.ggml.eos_token_id")) c.eos_token = static_cast<int>(*eos);
-  c.moe_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 1);
+  c.moe_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), dense ? 0 : 1);
   if (auto type = f.find_string(p + "rope.scaling.type"); type && *type != "none") {
     if (*type != "yarn") {
       fail(f.name(), p + "rope.scaling.type", "expected \"none\" or \"yarn\", found \"{}\"", *type);
@@ -466,9 +491,13 @@ ModelConfig config_from_gguf(const GgufFile& f) {
     case Family::kQwen3Moe:
       // llama.cpp always renormalises Qwen3-MoE top-k weights; feed_forward_length is unused.
       c.head_dim = gguf_int_or(f, p + "attention.key_length", c.heads > 0 ? c.hidden / c.heads : 0);
-      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
       c.qk_norm = QkNorm::kPerHead;
       c.rope = RopeKind::kNeox;
+      if (dense) {
+        c.dense_ffn = gguf_int(f, p + "feed_forward_length");
+        break;
+      }
+      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
       c.norm_topk_prob = true;
       // Dense layers (transformers' mlp_only_layers / decoder_sparse_step) have no router;
       // their SwiGLU width is feed_forward_length.

@@ -15,13 +15,18 @@ class GgufFile;
 
 enum class Family : uint8_t {
   kOlmoe,       // OLMoE: GQA attention, q/k RMSNorm over the whole projection, softmax router
-  kQwen3Moe,    // Qwen3-MoE: GQA attention, per-head q/k RMSNorm, softmax router (renormalised)
+  kQwen3Moe,    // Qwen3-MoE: GQA attention, per-head q/k RMSNorm, softmax router (renormalised).
+                // Also the dense Qwen3 (model_type "qwen3", GGUF "qwen3"): the same model with
+                // every layer a dense (mlp_only) layer and no experts at all.
   kDeepseekV3,  // DeepSeek-V3 / Moonlight: MLA attention, sigmoid router with correction bias
   kQwen3Next,   // Qwen3-Next: Gated DeltaNet + gated full attention, shared expert (sigmoid gate)
   kQwen35Moe,   // Qwen3.5 / Qwen3.6 MoE text model: as Qwen3-Next, projections stored split
 };
 // "olmoe", "qwen3moe", "deepseek", "qwen3next", "qwen35moe"
 std::string_view family_name(Family family);
+struct ModelConfig;
+// The family name of a model, with the dense Qwen3 (no MoE layer) named "qwen3".
+std::string_view family_name(const ModelConfig& config);
 // Families with Gated DeltaNet (linear attention) layers and gated full attention.
 bool is_hybrid(Family family);
 
@@ -137,6 +142,9 @@ struct ModelConfig {
 
   // Derived helpers.
   int moe_layer_count() const;
+  // False for a dense model (Qwen3 without experts): no router, no expert, nothing to route,
+  // cache or offload; experts, top_k and expert_ffn are 0.
+  bool has_moe() const { return moe_layer_count() > 0; }
   // Index of each MoE layer among MoE layers ([layers], -1 for dense layers).
   std::vector<int> moe_index() const;
   int q_head_dim() const;  // width of one query/key head (MLA: nope + rope)
@@ -160,7 +168,8 @@ struct ModelConfig {
   std::string summary() const;
 };
 
-// Reads the GGUF metadata of an olmoe / qwen3moe / deepseek2 / qwen3next / qwen35moe file.
+// Reads the GGUF metadata of an olmoe / qwen3moe / qwen3 / deepseek2 / qwen3next / qwen35moe
+// file.
 ModelConfig config_from_gguf(const GgufFile& file);
 
 }  // namespace steermoe::model

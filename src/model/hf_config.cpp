@@ -310,6 +310,39 @@ void fill_qwen3_moe(const Fields& f, ModelConfig& c) {
   }
 }
 
+// Dense Qwen3 (model_type "qwen3", Qwen3ForCausalLM): a Qwen3-MoE whose every layer is an
+// mlp_only layer, so it is the kQwen3Moe family with no MoE layer and no expert (the forward pass
+// and the binder already run dense Qwen3-MoE layers). Defaults are Qwen3Config's.
+void fill_qwen3(const Fields& f, ModelConfig& c) {
+  using L = ConfigLimits;
+  c.family = Family::kQwen3Moe;
+  fill_common(f, c);
+  c.head_dim = static_cast<int>(f.integer_or("head_dim", 128, 1, L::kMaxHeadDim));
+  apply_rope(f, c, 10000.0);
+  c.dense_ffn = static_cast<int>(f.integer_or("intermediate_size", 22016, 1, L::kMaxFfn));
+  if (f.boolean_or("use_sliding_window", false)) {
+    fail(f.where(), "use_sliding_window",
+         "expected false (sliding-window attention is not supported)");
+  }
+  if (f.has("layer_types")) {
+    const Json& types = f.raw("layer_types");
+    if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
+      fail(f.where(), "layer_types", "expected a list of {} entries (num_hidden_layers), found {}",
+           c.layers, types.is_array() ? std::to_string(types.size()) : json_excerpt(types));
+    }
+    for (size_t l = 0; l < types.size(); ++l) {
+      if (!types[l].is_string() || types[l].get<std::string>() != "full_attention") {
+        fail(f.where(), fmt::format("layer_types[{}]", l),
+             "expected \"full_attention\" (sliding-window attention is not supported), found {}",
+             json_excerpt(types[l]));
+      }
+    }
+  }
+  c.qk_norm = QkNorm::kPerHead;
+  c.rope = RopeKind::kNeox;
+  c.moe_layer.assign(static_cast<size_t>(c.layers), 0);
+}
+
 void fill_deepseek_v3(const Fields& f, ModelConfig& c) {
   using L = ConfigLimits;
   c.family = Family::kDeepseekV3;
@@ -444,6 +477,8 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& where
     fill_olmoe(f, c);
   } else if (type == "qwen3_moe") {
     fill_qwen3_moe(f, c);
+  } else if (type == "qwen3") {
+    fill_qwen3(f, c);
   } else if (type == "deepseek_v3") {
     fill_deepseek_v3(f, c);
   } else if (type == "qwen3_next") {
@@ -469,8 +504,8 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& where
     fill_hybrid(tf, c, Family::kQwen35Moe);
   } else {
     fail(where, "model_type",
-         "expected \"olmoe\", \"qwen3_moe\", \"deepseek_v3\", \"qwen3_next\", \"qwen3_5_moe\" or "
-         "\"qwen3_5_moe_text\", found \"{}\"",
+         "expected \"olmoe\", \"qwen3_moe\", \"qwen3\", \"deepseek_v3\", \"qwen3_next\", "
+         "\"qwen3_5_moe\" or \"qwen3_5_moe_text\", found \"{}\"",
          type);
   }
   c.validate();
@@ -509,8 +544,10 @@ std::string hf_config_json(const ModelConfig& c, std::string_view torch_dtype) {
   j["attention_bias"] = false;
   j["tie_word_embeddings"] = c.tied_embeddings;
   j["torch_dtype"] = std::string(torch_dtype);
-  j["norm_topk_prob"] = c.norm_topk_prob;
-  j["num_experts_per_tok"] = c.top_k;
+  if (c.has_moe()) {
+    j["norm_topk_prob"] = c.norm_topk_prob;
+    j["num_experts_per_tok"] = c.top_k;
+  }
   if (c.bos_token >= 0) j["bos_token_id"] = c.bos_token;
   if (c.eos_token >= 0) j["eos_token_id"] = c.eos_token;
   switch (c.family) {
@@ -557,6 +594,15 @@ std::string hf_config_json(const ModelConfig& c, std::string_view torch_dtype) {
       break;
     }
     case Family::kQwen3Moe: {
+      if (!c.has_moe()) {  // the dense Qwen3 (Qwen3Config's fields)
+        j["model_type"] = "qwen3";
+        j["architectures"] = {"Qwen3ForCausalLM"};
+        j["num_key_value_heads"] = c.kv_heads;
+        j["head_dim"] = c.head_dim;
+        j["intermediate_size"] = c.dense_ffn;
+        j["use_sliding_window"] = false;
+        break;
+      }
       j["model_type"] = "qwen3_moe";
       j["architectures"] = {"Qwen3MoeForCausalLM"};
       j["num_key_value_heads"] = c.kv_heads;

@@ -1,9 +1,11 @@
 // HuggingFace config.json -> ModelConfig for the model types steermoe runs (olmoe, qwen3_moe,
+// qwen3 (dense: the Qwen3-MoE family without MoE layers),
 // deepseek_v3, qwen3_next, qwen3_5_moe with its text_config, qwen3_5_moe_text). Accepts
 // transformers v4 style (rope_theta, rope_scaling, torch_dtype) and v5 style (rope_parameters
 // {rope_theta, rope_type, yarn fields, partial_rotary_factor}, dtype, num_local_experts), i.e.
-// every spelling the configuration classes define (attribute_map) or write. Bad files are rejected with a message that
-// names the file, the field and what was expected; every count is bounded (ConfigLimits).
+// every spelling the configuration classes define (attribute_map) or write. Bad files are rejected
+// with a message that names the file, the field and what was expected; every count is bounded
+// (ConfigLimits).
 #pragma once
 
 #include <filesystem>

@@ -192,10 +192,15 @@ std::string gguf_arch_name(Family family) {
   return "?";
 }
 
+std::string gguf_arch_name(const ModelConfig& c) {
+  if (c.family == Family::kQwen3Moe && !c.has_moe()) return "qwen3";
+  return gguf_arch_name(c.family);
+}
+
 std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelConfig& c,
                                                                    const std::string& name) {
   std::vector<std::pair<std::string, GgufValue>> kv;
-  const std::string arch = gguf_arch_name(c.family);
+  const std::string arch = gguf_arch_name(c);
   auto u32 = [&](const std::string& key, int v) {
     kv.emplace_back(arch + "." + key, GgufValue::u32(static_cast<uint32_t>(v)));
   };
@@ -211,8 +216,10 @@ std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelCo
   f32("attention.layer_norm_rms_epsilon", c.rms_eps);
   f32("rope.freq_base", c.rope_theta);
   u32("vocab_size", c.vocab);
-  u32("expert_count", c.experts);
-  u32("expert_used_count", c.top_k);
+  if (c.has_moe()) {  // llama.cpp's dense qwen3 has no expert keys
+    u32("expert_count", c.experts);
+    u32("expert_used_count", c.top_k);
+  }
   if (c.rope_scaling.kind == RopeScalingKind::kYarn) {
     const RopeScaling& y = c.rope_scaling;
     kv.emplace_back(arch + ".rope.scaling.type", GgufValue::string("yarn"));
@@ -290,7 +297,7 @@ std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelCo
       break;
     case Family::kQwen3Moe:
       u32("feed_forward_length", c.dense_ffn > 0 ? c.dense_ffn : c.expert_ffn);
-      u32("expert_feed_forward_length", c.expert_ffn);
+      if (c.has_moe()) u32("expert_feed_forward_length", c.expert_ffn);
       u32("attention.head_count_kv", c.kv_heads);
       u32("attention.key_length", c.head_dim);
       u32("attention.value_length", c.head_dim);

@@ -82,6 +82,8 @@ std::vector<TensorSlot> tensor_layout(const ModelConfig& config, WeightFormat fo
 // llama.cpp's general.architecture of a family ("olmoe", "qwen3moe", "deepseek2", "qwen3next",
 // "qwen35moe").
 std::string gguf_arch_name(Family family);
+// The same for one model: "qwen3" for the dense Qwen3 (no MoE layer).
+std::string gguf_arch_name(const ModelConfig& config);
 
 // The GGUF metadata of a config (general.*, <arch>.*), the inverse of config_from_gguf.
 std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelConfig& config,

@@ -525,6 +525,27 @@ ModelConfig shape_config(const std::string& shape) {
     c.qk_norm = QkNorm::kPerHead;
     c.bos_token = small ? 297 : 151643;
     c.eos_token = small ? 296 : 151645;
+  } else if (shape == "Qwen3-0.6B" || shape == "qwen3-small") {
+    // The dense Qwen3 (no experts, tied embeddings): the shape of a small drafter model.
+    const bool small = shape == "qwen3-small";
+    c.family = Family::kQwen3Moe;
+    c.vocab = small ? 300 : 151936;
+    c.hidden = small ? 64 : 1024;
+    c.layers = small ? 2 : 28;
+    c.heads = small ? 4 : 16;
+    c.kv_heads = small ? 2 : 8;
+    c.head_dim = small ? 16 : 128;
+    c.rms_eps = 1e-6f;
+    c.rope_theta = small ? 10000.0f : 1e6f;
+    c.max_positions = small ? 256 : 40960;
+    c.dense_ffn = small ? 128 : 3072;
+    c.qk_norm = QkNorm::kPerHead;
+    c.tied_embeddings = true;
+    c.bos_token = small ? 297 : 151643;
+    c.eos_token = small ? 296 : 151645;
+    c.moe_layer.assign(static_cast<size_t>(c.layers), 0);
+    c.validate();
+    return c;
   } else if (shape == "Moonlight-16B-A3B" || shape == "deepseek-small") {
     const bool small = shape == "deepseek-small";
     c.family = Family::kDeepseekV3;
@@ -591,9 +612,9 @@ ModelConfig shape_config(const std::string& shape) {
     if (small) c.eos_token = 296;
   } else {
     fail("--shape", "name",
-         "expected OLMoE-1B-7B, Qwen3-30B-A3B, Moonlight-16B-A3B, Qwen3.6-35B-A3B, "
-         "Qwen3-Next-80B-A3B, olmoe-small, qwen3moe-small, deepseek-small, qwen35moe-small or "
-         "qwen3next-small, found '{}'",
+         "expected OLMoE-1B-7B, Qwen3-30B-A3B, Qwen3-0.6B, Moonlight-16B-A3B, Qwen3.6-35B-A3B, "
+         "Qwen3-Next-80B-A3B, olmoe-small, qwen3moe-small, qwen3-small, deepseek-small, "
+         "qwen35moe-small or qwen3next-small, found '{}'",
          shape);
   }
   c.moe_layer.assign(static_cast<size_t>(c.layers), 1);

@@ -92,7 +92,7 @@ Calibration uninformed_calibration(const RouterSpec& spec) {
   c.experts = spec.experts;
   c.top_k = spec.top_k;
   c.expert_counts.assign(spec.layers, std::vector<uint64_t>(spec.experts, 0));
-  c.expert_order.assign(spec.layers, order_by_count(c.expert_counts.front()));
+  if (spec.layers > 0) c.expert_order.assign(spec.layers, order_by_count(c.expert_counts.front()));
   c.score_range.assign(spec.layers, 0.0f);
   return c;
 }

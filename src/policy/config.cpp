@@ -207,6 +207,9 @@ std::string PolicyConfig::to_string() const {
 }
 
 void validate(const PolicyConfig& config, const RouterSpec& spec, int cache_slots) {
+  // A model without MoE layers (a dense Qwen3) routes nothing: every policy and cache size is a
+  // no-op there, so none is refused (the engine of a dense drafter takes the default options).
+  if (spec.layers == 0) return;
   const std::string where =
       fmt::format("policy '{}' with cache {}", config.to_string(), cache_slots);
   if (spec.top_k <= 0 || spec.experts <= 0 || spec.top_k > spec.experts) {

@@ -55,7 +55,7 @@ PolicyConfig parse_policy(std::string_view text);
 
 // Checks the policy against a model and cache size: K <= C <= E, w <= E, j <= K. (n may exceed
 // w: part 1 never inserts more than the window holds, so n = 8 means "unbounded".)
-// Throws steermoe::Error with a clear message.
+// Throws steermoe::Error with a clear message. A spec without MoE layers accepts anything.
 void validate(const PolicyConfig& config, const RouterSpec& spec, int cache_slots);
 
 }  // namespace steermoe::policy

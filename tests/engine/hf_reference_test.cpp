@@ -1,6 +1,7 @@
 // Tiny random models written by transformers 5.x itself (tests/data/hf_models, made by
 // tools/reference/make_hf_models.py): a Qwen3-MoE saved with num_local_experts, DeepSeek-V3 with
-// YaRN, OLMoE with clip_qkv and tied embeddings, Qwen3-Next and Qwen3.5-MoE (Gated DeltaNet).
+// YaRN, OLMoE with clip_qkv and tied embeddings, Qwen3-Next and Qwen3.5-MoE (Gated DeltaNet), and
+// a dense Qwen3 (no experts at all; bf16 weights, tied embeddings, GQA).
 // The engine must give transformers' logits (incremental with a cache, and one full forward) and
 // exactly transformers' routed experts, from the HF folder and from its GGUF twin made by
 // `steermoe convert`.
@@ -161,7 +162,7 @@ TEST_P(HfReference, OffloadedLinksGiveTheResidentOutput) {
 
 INSTANTIATE_TEST_SUITE_P(Models, HfReference,
                          testing::Values("qwen3moe_v5", "deepseek_v3_yarn", "olmoe_clip",
-                                         "qwen3_next", "qwen3_5_moe"));
+                                         "qwen3_next", "qwen3_5_moe", "qwen3_dense"));
 
 }  // namespace
 }  // namespace steermoe::engine

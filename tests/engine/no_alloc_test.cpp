@@ -105,10 +105,11 @@ TEST(NoAllocation, DecodeAllocatesNothing) {
 }
 
 // The hybrid families (Gated DeltaNet state, gated attention, YaRN) and the other tiny
-// transformers-made models decode allocation-free too.
+// transformers-made models (the dense Qwen3 too) decode allocation-free too.
 TEST(NoAllocation, HybridAndVariantDecodeAllocatesNothing) {
   const fs::path data = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "hf_models";
-  for (const char* m : {"qwen3_next", "qwen3_5_moe", "deepseek_v3_yarn", "olmoe_clip"}) {
+  for (const char* m :
+       {"qwen3_next", "qwen3_5_moe", "deepseek_v3_yarn", "olmoe_clip", "qwen3_dense"}) {
     SCOPED_TRACE(m);
     auto model = model::Model::load(data / m);
     for (int threads : {1, 2}) {

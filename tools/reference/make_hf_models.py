@@ -1,6 +1,9 @@
 #!/usr/bin/env python3
 """Tiny random models written by transformers itself, and transformers' outputs on them.
 
+Models: Qwen3-MoE, DeepSeek-V3 (YaRN), OLMoE (clip_qkv), Qwen3-Next, Qwen3.5-MoE and a dense
+Qwen3 (no experts; stored in bfloat16).
+
 Each model is built with transformers' own classes from a config, given deterministic random
 weights (scaled so that logits and router scores are well separated), saved with
 save_pretrained (float32 safetensors, the config as transformers 5.x writes it), and run in
@@ -31,6 +34,8 @@ from transformers import (
     DeepseekV3ForCausalLM,
     OlmoeConfig,
     OlmoeForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
     Qwen3MoeConfig,
     Qwen3MoeForCausalLM,
     Qwen3NextConfig,
@@ -103,7 +108,19 @@ def tiny_models():
     models["qwen3_5_moe"] = (Qwen3_5MoeConfig(text_config=text, vision_config=vision,
                                               tie_word_embeddings=False),
                              Qwen3_5MoeForConditionalGeneration)
+    # Dense Qwen3 (the speculative-decoding drafter's architecture): no experts at all, tied
+    # embeddings, GQA (2 kv heads for 4 query heads), heads x head_dim != hidden, stored in
+    # bfloat16 like the drafter (STORE_DTYPE); the reference runs the saved bf16 weights in fp32.
+    models["qwen3_dense"] = (Qwen3Config(
+        **dict(common, tie_word_embeddings=True, hidden_size=32), num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, intermediate_size=64,
+        max_position_embeddings=256, use_sliding_window=False,
+        rope_parameters={"rope_type": "default", "rope_theta": 10000.0}), Qwen3ForCausalLM)
     return models
+
+
+# Models saved in another dtype than float32 (the reference still runs in float32).
+STORE_DTYPE = {"qwen3_dense": torch.bfloat16}
 
 
 def randomize(model, seed):
@@ -172,6 +189,9 @@ def run(model, tokens):
         inc_experts = [torch.cat(experts[m], 0) for m in moe_modules]
     for h in hooks:
         h.remove()
+    if not moe_modules:  # a dense model routes nothing: [T][0][0]
+        empty = torch.zeros((len(tokens), 0, 0), dtype=torch.int32)
+        return full.float(), inc.float(), empty, empty
     sel_full = torch.stack([e.sort(-1).values for e in full_experts], 1)  # [T][L][K]
     sel_inc = torch.stack([e.sort(-1).values for e in inc_experts], 1)
     return full.float(), inc.float(), sel_full.int(), sel_inc.int()
@@ -196,6 +216,8 @@ def main():
             model.tie_weights()
         folder = os.path.join(args.out, name)
         shutil.rmtree(folder, ignore_errors=True)
+        if name in STORE_DTYPE:
+            model = model.to(STORE_DTYPE[name])
         model.save_pretrained(folder, safe_serialization=True)
         # Reload what was saved (the reference must be the saved model's output).
         model = cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
@@ -217,6 +239,7 @@ def main():
             "transformers": transformers.__version__,
             "torch": torch.__version__,
             "dtype": "float32",
+            "stored_dtype": str(STORE_DTYPE.get(name, torch.float32)).replace("torch.", ""),
             "attn_implementation": "eager",
             "generator": "tools/reference/make_hf_models.py",
         }
