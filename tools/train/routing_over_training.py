@@ -88,7 +88,12 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default="")
     ap.add_argument("--plot", default="")
+    ap.add_argument("--cache-dir", default="", help="per-snapshot reports kept here and reused "
+                    "(default <workdir>/routing-cache; delete it after changing the options)")
+    ap.add_argument("--max-step", type=int, default=0, help="ignore snapshots after this step (0: none)")
     args = ap.parse_args()
+    cache_dir = args.cache_dir or os.path.join(args.workdir, "routing-cache")
+    os.makedirs(cache_dir, exist_ok=True)
     out = args.out or os.path.join(args.model, "routing_over_training.json")
     png = args.plot or os.path.join(args.model, "routing_over_training.png")
     snaps = sorted(glob.glob(os.path.join(args.workdir, "snap-*.pt")),
@@ -98,6 +103,14 @@ def main():
     records = []
     for snap in snaps:
         step = int(re.search(r"snap-(\d+)\.pt$", snap).group(1))
+        if args.max_step and step > args.max_step:
+            continue
+        cached = os.path.join(cache_dir, f"report-{step}.json")
+        if os.path.exists(cached):
+            with open(cached) as fh:
+                rep = json.load(fh)
+            records.append(summarise(step, rep["tokens"], rep))
+            continue
         with tempfile.TemporaryDirectory() as tmp:
             folder = os.path.join(tmp, "model")
             subprocess.run([sys.executable, os.path.join(HERE, "export.py"), "--workdir", args.workdir,
@@ -112,6 +125,10 @@ def main():
                 rep = json.load(fh)
         import torch
         tokens = int(torch.load(snap, weights_only=False).get("tokens", 0))
+        rep["tokens"] = tokens
+        with open(cached + ".tmp", "w") as fh:
+            json.dump(rep, fh)
+        os.replace(cached + ".tmp", cached)
         records.append(summarise(step, tokens, rep))
         print(json.dumps({k: records[-1][k] for k in ("step", "tokens", "ppl", "reuse", "pregate_recall",
                                                       "entropy")}), flush=True)

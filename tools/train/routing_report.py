@@ -63,6 +63,19 @@ def engine_rows(steermoe, model, text, residency, windows, window_len, threads):
             return json.load(fh)["configurations"]
 
 
+def paper_key(policy):
+    """the engine prints policies with their defaults spelled out (psr:lambda=0.3,n=1,evict=a):
+    match on the name and the lambda / n given here"""
+    name, _, params = policy.partition(":")
+    kv = dict(p.split("=", 1) for p in params.split(",") if "=" in p)
+    for key in PAPER_OLMOE["copies_per_token_50"]:
+        kname, _, kparams = key.partition(":")
+        want = dict(p.split("=", 1) for p in kparams.split(",") if "=" in p)
+        if kname == name and all(kv.get(k) == v for k, v in want.items()):
+            return key
+    return None
+
+
 def markdown(report):
     L = len(report["pytorch"]["layers"])
     P = PAPER_OLMOE["layers"]
@@ -71,7 +84,8 @@ def markdown(report):
     for res, rows in report["engine"].items():
         for r in rows:
             c = r["copies_per_token"]
-            paper = PAPER_OLMOE["copies_per_token_50"].get(r["policy"]) if res == "0.5" else None
+            key = paper_key(r["policy"])
+            paper = PAPER_OLMOE["copies_per_token_50"].get(key) if res == "0.5" and key else None
             ptxt = f"{paper['total']:.1f} ({paper['total'] / P:.2f}), demand {paper['demand']:.1f}" if paper else "-"
             lines.append(f"| {float(res):.0%} | {r['policy']} | {c['demand']:.2f} + {c['prefetch']:.2f} | "
                          f"{c['total'] / L:.2f} | {ptxt} | {100 * r['replaced_fraction']:.1f}% | "
