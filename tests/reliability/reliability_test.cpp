@@ -33,7 +33,7 @@ namespace fs = std::filesystem;
 using testing::HasSubstr;
 using testing::Not;
 
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / ".." / "shared" / "oracle";
+const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "oracle";
 
 struct Child {
   int exit_status = -1;   // WEXITSTATUS, -1 if killed by a signal
