@@ -6,8 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}
 OUT=${2:-offload-figures}
-M=${MODEL:-models/steer-olmoe-tiny}
-TEXT=${TEXT:-data/text/eval.txt}
+M=${MODEL:-models/steer-olmoe-small}
+TEXT=${TEXT:-data/text-small/eval.txt}
 ROUNDS=${ROUNDS:-3}
 WINDOWS=${WINDOWS:-4}
 LEN=${LEN:-64}

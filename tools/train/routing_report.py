@@ -5,7 +5,8 @@ Two sources, one JSON (--out, default <model>/routing_stats.json):
   * "pytorch": tools/train/stats.py on the evaluation text (perplexity, next-token expert reuse,
     pre-gate recall@8, LRU hit rates, load, router entropy and top-1 / top-8 margins per layer);
   * "engine": `steermoe kl` on the same text at each --residency for exact routing with LRU,
-    Cache-Prior lambda 0.2 and PSR lambda 0.3 n 1: copies per token (demand and prefetch), the
+    Cache-Prior lambda 0.2 and 0.3, PSR lambda 0.2 and 0.3 n 1 (the paper's operating points
+    and the same-lambda pairs): copies per token (demand and prefetch), the
     fraction of the router's top-K replaced, KL to exact routing, perplexity.
 The calibration the cache-aware policies need is the model's calib.smcal (made with
 --calibrate from an exact-routing trace of the held-out text, as the model card says).
@@ -24,7 +25,8 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-POLICIES = ["exact:evict=lru", "cacheprior:lambda=0.2", "psr:lambda=0.3,n=1"]
+POLICIES = ["exact:evict=lru", "cacheprior:lambda=0.2", "cacheprior:lambda=0.3", "psr:lambda=0.2,n=1",
+            "psr:lambda=0.3,n=1"]
 
 # The paper (RTX 4090, OLMoE-1B-7B, 16 MoE layers x 64 experts, top-8), Section 6.2 / Table 2.
 # Copies per token at 50% residency; at 25% the paper gives latencies only.
