@@ -53,8 +53,9 @@ def read_safetensors(path):
     return out
 
 
-def to_hf_dense(model):
-    """Qwen3Dense state -> dict of HF Qwen3 tensor names (no lm_head.weight when tied)"""
+def dense_parameters(model):
+    """Qwen3Dense -> dict of HF Qwen3 tensor name -> the model's own parameter (no lm_head.weight
+    when tied); the one name mapping that export and import both use"""
     sd = {"model.embed_tokens.weight": model.embed_tokens.weight,
           "model.norm.weight": model.norm.weight}
     if model.lm_head is not None:
@@ -70,27 +71,19 @@ def to_hf_dense(model):
         sd[p + "post_attention_layernorm.weight"] = layer.post_attention_layernorm.weight
         for n in ("gate_proj", "up_proj", "down_proj"):
             sd[p + f"mlp.{n}.weight"] = getattr(layer, n).weight
-    return {k: v.detach().float().contiguous() for k, v in sd.items()}
+    return sd
+
+
+def to_hf_dense(model):
+    """Qwen3Dense state -> dict of HF Qwen3 tensor names (float copies)"""
+    return {k: v.detach().float().contiguous() for k, v in dense_parameters(model).items()}
 
 
 def load_hf_dense_into(model, sd):
     """inverse of to_hf_dense"""
     with torch.no_grad():
-        model.embed_tokens.weight.copy_(sd["model.embed_tokens.weight"])
-        model.norm.weight.copy_(sd["model.norm.weight"])
-        if model.lm_head is not None:
-            model.lm_head.weight.copy_(sd["lm_head.weight"])
-        for l, layer in enumerate(model.layers):
-            p = f"model.layers.{l}."
-            a = layer.self_attn
-            for n in ("q_proj", "k_proj", "v_proj", "o_proj"):
-                getattr(a, n).weight.copy_(sd[p + f"self_attn.{n}.weight"])
-            a.q_norm.weight.copy_(sd[p + "self_attn.q_norm.weight"])
-            a.k_norm.weight.copy_(sd[p + "self_attn.k_norm.weight"])
-            layer.input_layernorm.weight.copy_(sd[p + "input_layernorm.weight"])
-            layer.post_attention_layernorm.weight.copy_(sd[p + "post_attention_layernorm.weight"])
-            for n in ("gate_proj", "up_proj", "down_proj"):
-                getattr(layer, n).weight.copy_(sd[p + f"mlp.{n}.weight"])
+        for name, param in dense_parameters(model).items():
+            param.copy_(sd[name])
 
 
 def to_hf(model):

@@ -52,6 +52,36 @@ class Config:
         return asdict(self)
 
 
+def init_weights(model, seed, std, mlp_out):
+    """normal(0, std) matrices from a seeded generator in parameter order, ones for norms; the
+    residual-output projections (o_proj and the given MLP / expert down projections) scaled by
+    1/sqrt(2 L) (GPT-2 style)"""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.dim() == 1:
+                nn.init.ones_(p)
+            else:
+                p.copy_(torch.randn(p.shape, generator=g) * std)
+        s = 1.0 / math.sqrt(2 * model.cfg.num_hidden_layers)
+        for layer, w in zip(model.layers, mlp_out):
+            layer.self_attn.o_proj.weight.mul_(s)
+            w.mul_(s)
+
+
+def causal_attention(q, k, v, fused):
+    """softmax(q k^T / sqrt(hd)) v with a causal mask, q/k/v [B, heads, S, hd]; fused = PyTorch's
+    CPU kernel (same arithmetic, faster to train), else the explicit form"""
+    hd = q.shape[-1]
+    if fused:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=hd ** -0.5)
+    S = q.shape[-2]
+    att = (q @ k.transpose(-1, -2)) * (hd ** -0.5)
+    mask = torch.ones(S, S, dtype=torch.bool, device=q.device).triu(1)
+    att = torch.softmax(att.masked_fill(mask, float("-inf")).float(), dim=-1).to(q.dtype)
+    return att @ v
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim, eps):
         super().__init__()
@@ -97,17 +127,7 @@ class Attention(nn.Module):
         v = self.v_proj(x).view(B, S, nh, hd).transpose(1, 2)
         q = q * cos + rotate_half(q) * sin
         k = k * cos + rotate_half(k) * sin
-        if self.cfg.fused_attention:
-            # same arithmetic as the explicit form below (scale hd^-0.5, causal mask, softmax),
-            # in PyTorch's fused CPU kernel: about 4x faster to train and no S x S buffers kept
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=hd ** -0.5)
-        else:
-            att = (q @ k.transpose(-1, -2)) * (hd ** -0.5)
-            mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
-            att = att.masked_fill(mask, float("-inf"))
-            att = torch.softmax(att.float(), dim=-1).to(q.dtype)
-            y = att @ v
-        y = y.transpose(1, 2).reshape(B, S, H)
+        y = causal_attention(q, k, v, self.cfg.fused_attention).transpose(1, 2).reshape(B, S, H)
         return self.o_proj(y)
 
 
@@ -263,19 +283,7 @@ class OlmoeTiny(nn.Module):
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def init_weights(self, seed, std=0.02):
-        g = torch.Generator().manual_seed(seed)
-        for name, p in self.named_parameters():
-            if p.dim() == 1:
-                nn.init.ones_(p)
-            else:
-                with torch.no_grad():
-                    p.copy_(torch.randn(p.shape, generator=g) * std)
-        # residual-output projections scaled down with depth (GPT-2 style)
-        with torch.no_grad():
-            s = 1.0 / math.sqrt(2 * self.cfg.num_hidden_layers)
-            for layer in self.layers:
-                layer.self_attn.o_proj.weight.mul_(s)
-                layer.mlp.w_down.mul_(s)
+        init_weights(self, seed, std, [layer.mlp.w_down for layer in self.layers])
 
     def forward(self, ids, return_aux=False):
         B, S = ids.shape
@@ -333,13 +341,7 @@ class DenseAttention(nn.Module):
         if nkv != nh:
             k = k.repeat_interleave(nh // nkv, dim=1)
             v = v.repeat_interleave(nh // nkv, dim=1)
-        if self.cfg.fused_attention:
-            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=hd ** -0.5)
-        else:
-            att = (q @ k.transpose(-1, -2)) * (hd ** -0.5)
-            mask = torch.ones(S, S, dtype=torch.bool, device=x.device).triu(1)
-            att = torch.softmax(att.masked_fill(mask, float("-inf")).float(), dim=-1).to(q.dtype)
-            y = att @ v
+        y = causal_attention(q, k, v, self.cfg.fused_attention)
         return self.o_proj(y.transpose(1, 2).reshape(B, S, nh * hd))
 
 
@@ -374,18 +376,7 @@ class Qwen3Dense(nn.Module):
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
 
     def init_weights(self, seed, std=0.02):
-        g = torch.Generator().manual_seed(seed)
-        for name, p in self.named_parameters():
-            with torch.no_grad():
-                if p.dim() == 1:
-                    nn.init.ones_(p)
-                else:
-                    p.copy_(torch.randn(p.shape, generator=g) * std)
-        with torch.no_grad():
-            s = 1.0 / math.sqrt(2 * self.cfg.num_hidden_layers)
-            for layer in self.layers:
-                layer.self_attn.o_proj.weight.mul_(s)
-                layer.down_proj.weight.mul_(s)
+        init_weights(self, seed, std, [layer.down_proj.weight for layer in self.layers])
 
     def forward(self, ids, return_aux=False):
         B, S = ids.shape
