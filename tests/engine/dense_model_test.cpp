@@ -5,6 +5,8 @@
 // say the model has none.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include "../eval/test_util.hpp"
 #include <sys/wait.h>
 
 #include <algorithm>
@@ -188,23 +190,9 @@ TEST(DenseQwen3, ConfigRejectsWhatIsNotSupported) {
   EXPECT_TRUE(back.tied_embeddings);
 }
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-Result cli(const std::string& args) {
-  const std::string cmd = std::string(STEERMOE_BINARY) + " " + args + " 2>&1";
-  Result r;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+// The command-line runner the eval tests use (stdout and stderr, exit status).
+using Result = eval::testing::CliResult;
+Result cli(const std::string& args) { return eval::testing::run_cli(args); }
 
 fs::path temp(const std::string& name) {
   return fs::path(testing::TempDir()) / name;
