@@ -60,12 +60,15 @@ def plot(records, path, layers):
     ax[1, 0].set_title("router sharpness (layer mean)")
     ax[1, 0].legend(loc="upper right"); ax2.legend(loc="center right")
     res = sorted(records[-1]["engine"])[-1] if records[-1]["engine"] else None
+    # Only the policies every snapshot was measured with (older cache entries may have fewer).
+    common = [p for p in records[-1]["engine"].get(res, {})
+              if all(p in r["engine"].get(res, {}) for r in records)]
     if res:
-        for pol in records[-1]["engine"][res]:
+        for pol in common:
             ax[1, 1].plot(t, [r["engine"][res][pol]["copies"]["total"] / layers for r in records], "o-",
                           label=f"{pol} copies/layer")
         ax3 = ax[1, 1].twinx()
-        for i, pol in enumerate(p for p in records[-1]["engine"][res] if not p.startswith("exact")):
+        for i, pol in enumerate(p for p in common if not p.startswith("exact")):
             ax3.plot(t, [r["engine"][res][pol]["kl"] for r in records], "x:", color=f"C{i + 3}", label=f"{pol} KL")
         ax[1, 1].set_title(f"engine at {float(res):.0%} residency")
         ax[1, 1].legend(loc="upper right", fontsize=7); ax3.legend(loc="center right", fontsize=7)
@@ -138,7 +141,30 @@ def main():
         fh.write("\n")
     os.replace(out + ".tmp", out)
     plot(records, png, layers)
+    print_table(records, f"{args.residency[0]}")
     print(f"wrote {out} and {png}")
+
+
+def print_table(records, residency):
+    """The model card's table: one row per snapshot, engine columns at the first residency."""
+    pols = ["exact:evict=lru", "cacheprior:lambda=0.2,evict=lru", "psr:lambda=0.3,n=1,evict=a"]
+    print(f"| step | tokens | ppl | reuse t-1 | pre-gate recall@8 | entropy | p1-p2 | p8-p9 | "
+          f"exact LRU copies/token | CP 0.2 | PSR 0.3 n 1 (demand) | KL CP 0.2 | KL PSR 0.3 |  "
+          f"(engine at {float(residency):.0%})")
+    print("|---" * 13 + "|")
+    for r in records:
+        eng = r["engine"].get(residency, {})
+        missing = [p for p in pols if p not in eng]
+        if missing:
+            sys.exit(f"routing_over_training: step {r['step']}: no engine row for {missing[0]} at "
+                     f"residency {residency} (rerun with the same --residency)")
+        tok = "0" if r["tokens"] == 0 else f"{r['tokens'] / 1e6:.2f} M"
+        ppl = f"{r['ppl']:.0f}" if r["ppl"] >= 1000 else f"{r['ppl']:.1f}" if r["ppl"] < 100 else f"{r['ppl']:.0f}"
+        ex, cp, psr = (eng[p] for p in pols)
+        print(f"| {r['step']} | {tok} | {ppl} | {r['reuse']:.3f} | {r['pregate_recall']:.3f} | "
+              f"{r['entropy']:.2f} | {r['margin_top1']:.3f} | {r['margin_top8']:.4f} | "
+              f"{ex['copies']['total']:.2f} | {cp['copies']['total']:.2f} | "
+              f"{psr['copies']['total']:.2f} ({psr['copies']['demand']:.2f}) | {cp['kl']:.4f} | {psr['kl']:.4f} |")
 
 
 if __name__ == "__main__":

@@ -52,7 +52,8 @@ cmake --build "$BUILD" --target steermoe
 $PY tools/train/routing_report.py --model "$OUT" --steermoe "$BUILD/steermoe" --calibrate \
   --text data/text-small/eval.txt --heldout data/text-small/heldout.txt --threads "$THREADS"
 $PY tools/train/routing_over_training.py --workdir "$WORK" --model "$OUT" --steermoe "$BUILD/steermoe" \
-  --threads "$THREADS"
+  --residency 0.5 0.25 --threads "$THREADS"
+$PY tools/train/simulate_policies.py --model "$OUT" --steermoe "$BUILD/steermoe"
 $PY tools/train/drafter_acceptance.py --target "$OUT" --drafter "$DRAFTER" --threads "$THREADS" \
   --out "$DRAFTER/acceptance.json"
 $PY tools/train/plot_curve.py --log "$WORK/train_log.jsonl" --out "$OUT/training_curve.png" --title "steer-olmoe-small training"
