@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "../cli_runner.hpp"
+
 namespace steermoe::engine {
 namespace {
 
@@ -22,23 +24,8 @@ using testing::HasSubstr;
 
 const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
-struct Result {
-  int status = -1;
-  std::string output;  // stdout and stderr
-};
-
-Result run(const std::string& args) {
-  const std::string cmd = std::string(STEERMOE_BINARY) + " " + args + " 2>&1";
-  Result r;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using Result = steermoe::test_support::CliResult;
+Result run(const std::string& args) { return steermoe::test_support::run_cli(args); }
 
 std::vector<float> read_f32(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+
+#include "../cli_runner.hpp"
 #include <string>
 
 namespace steermoe::eval::testing {
@@ -42,22 +44,7 @@ inline ::testing::AssertionResult close(double a, double b, double rel) {
   return ::testing::AssertionFailure() << buf;
 }
 
-struct CliResult {
-  int status = -1;
-  std::string output;
-};
-
-inline CliResult run_cli(const std::string& args) {
-  const std::string cmd = std::string(STEERMOE_BINARY) + " " + args + " 2>&1";
-  CliResult r;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  std::array<char, 4096> buf{};
-  size_t n = 0;
-  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.output.append(buf.data(), n);
-  const int st = pclose(p);
-  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-  return r;
-}
+using steermoe::test_support::CliResult;
+using steermoe::test_support::run_cli;
 
 }  // namespace steermoe::eval::testing

@@ -8,27 +8,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "../cli_runner.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::tokenizer {
 namespace {
 
-struct Result {
-  int status;
-  std::string output;
-};
-
+using Result = steermoe::test_support::CliResult;
 Result run(const std::string& arguments) {
-  const std::string command = std::string(STEERMOE_BINARY) + " " + arguments + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  Result result{-1, {}};
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer{};
-  size_t n = 0;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0)
-    result.output.append(buffer.data(), n);
-  result.status = pclose(pipe);
-  return result;
+  return steermoe::test_support::run_cli(arguments);
 }
 
 class TokenizeCli : public ::testing::Test {

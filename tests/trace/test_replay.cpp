@@ -4,6 +4,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "../cli_runner.hpp"
 #include "common/error.hpp"
 #include "test_util.hpp"
 #include "trace/calibration_file.hpp"
@@ -238,18 +239,7 @@ TEST(Replay, RejectsUnknownPolicyKeysBadCacheAndMismatchedCalibration) {
       "other.smcal", "L=16 E=64 K=8", "found L=2");
 }
 
-// Runs the built CLI; returns (exit status, stdout + stderr).
-std::pair<int, std::string> run_cli(const std::string& args) {
-  const std::string command = std::string(STEERMOE_BINARY) + " " + args + " 2>&1";
-  std::FILE* pipe = ::popen(command.c_str(), "r");
-  if (pipe == nullptr) return {-1, ""};
-  std::string out;
-  char buffer[4096];
-  size_t n;
-  while ((n = std::fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using steermoe::test_support::run_cli;  // (exit status, stdout + stderr)
 
 TEST(ReplayCli, ReadmeDemoRunsOnTheShippedTrace) {
   ScratchDir dir;
@@ -294,12 +284,12 @@ TEST(ReplayCli, SynthCalibrateReplayPipeline) {
   ASSERT_EQ(
       run_cli("trace-synth --shape moonlight --tokens 24 --sequences 2 --vocab 500 --seed 7 -o " +
               held)
-          .first,
+          .status,
       0);
   ASSERT_EQ(
       run_cli("trace-synth --shape moonlight --tokens 12 --sequences 3 --vocab 500 --seed 8 -o " +
               eval)
-          .first,
+          .status,
       0);
   const auto [status, out] = run_cli("calibrate --trace " + held + " --cache 16 -o " + cal);
   ASSERT_EQ(status, 0) << out;
