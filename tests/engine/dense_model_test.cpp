@@ -6,11 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "../eval/test_util.hpp"
-#include <sys/wait.h>
-
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -24,6 +20,8 @@
 #include "engine/engine.hpp"
 #include "model/hf_config.hpp"
 #include "policy/calibration.hpp"
+
+#include "../cli_runner.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -190,9 +188,8 @@ TEST(DenseQwen3, ConfigRejectsWhatIsNotSupported) {
   EXPECT_TRUE(back.tied_embeddings);
 }
 
-// The command-line runner the eval tests use (stdout and stderr, exit status).
-using Result = eval::testing::CliResult;
-Result cli(const std::string& args) { return eval::testing::run_cli(args); }
+using Result = test_support::CliResult;
+Result cli(const std::string& args) { return test_support::run_cli(args); }
 
 fs::path temp(const std::string& name) {
   return fs::path(testing::TempDir()) / name;

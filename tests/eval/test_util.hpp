@@ -1,15 +1,14 @@
 #pragma once
 
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <limits>
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "../cli_runner.hpp"
-#include <string>
 
 namespace steermoe::eval::testing {
 

@@ -159,7 +159,7 @@ def print_table(records, residency):
             sys.exit(f"routing_over_training: step {r['step']}: no engine row for {missing[0]} at "
                      f"residency {residency} (rerun with the same --residency)")
         tok = "0" if r["tokens"] == 0 else f"{r['tokens'] / 1e6:.2f} M"
-        ppl = f"{r['ppl']:.0f}" if r["ppl"] >= 1000 else f"{r['ppl']:.1f}" if r["ppl"] < 100 else f"{r['ppl']:.0f}"
+        ppl = f"{r['ppl']:.1f}" if r["ppl"] < 100 else f"{r['ppl']:.0f}"
         ex, cp, psr = (eng[p] for p in pols)
         print(f"| {r['step']} | {tok} | {ppl} | {r['reuse']:.3f} | {r['pregate_recall']:.3f} | "
               f"{r['entropy']:.2f} | {r['margin_top1']:.3f} | {r['margin_top8']:.4f} | "

@@ -74,9 +74,10 @@ def main():
                              "stall_ms_per_token": res_json["stall_ms_per_token"],
                              "loop": res_json["loop"], "max_inflight": res_json["max_inflight"],
                              "tokens": res_json["tokens"], "decision_hash": res_json["decision_hash"]})
+    paper_ms = {0.5: PAPER_OLMOE["latency_ms_50"], 0.25: PAPER_OLMOE["latency_ms_25"]}
     doc = {"schema": "steermoe.sim_latency/1", "model": os.path.basename(os.path.normpath(args.model)),
            "profile": args.profile, "text": args.text, "max_tokens": args.max_tokens, "rows": rows,
-           "paper_olmoe_ms": {"0.5": PAPER_OLMOE["latency_ms_50"], "0.25": PAPER_OLMOE["latency_ms_25"]}}
+           "paper_olmoe_ms": {str(res): ms for res, ms in paper_ms.items()}}
     with open(out + ".tmp", "w") as fh:
         json.dump(doc, fh, indent=1)
         fh.write("\n")
@@ -86,7 +87,7 @@ def main():
     for res in args.residency:
         cells = [f"{r['ms_per_token']['mean']:.2f} ({r['ms_per_token']['p99']:.1f})"
                  for r in rows if r["residency"] == res]
-        paper = PAPER_OLMOE["latency_ms_50" if res == 0.5 else "latency_ms_25"] if res in (0.5, 0.25) else {}
+        paper = paper_ms.get(res, {})
         print(f"| {res:.0%} | " + " | ".join(cells) + " | " +
               (" / ".join(f"{k} {v}" for k, v in paper.items()) or "-") + " |")
     print(f"wrote {out}", file=sys.stderr)
