@@ -576,17 +576,19 @@ struct HttpServer::Impl {
         [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
           send_json(res, 500, error_body("internal error", "server_error"));
         });
+    // Counted in the post-routing handler, which runs before the response is written (the
+    // logger runs after): a client that reads /metrics right after a response sees it counted.
+    http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+      // Unknown paths are folded together so a scan cannot grow the table.
+      static const std::set<std::string> known{
+          "/v1/completions", "/v1/chat/completions", "/v1/models",      "/health",
+          "/tokenize",       "/detokenize",          "/tokenizer_info", "/metrics",
+          "/completions",    "/chat/completions",    "/models"};
+      const std::string path = known.count(req.path) ? req.path : "other";
+      std::lock_guard lock(metrics.mu);
+      metrics.requests[{path, res.status}]++;
+    });
     http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      {
-        std::lock_guard lock(metrics.mu);
-        // Unknown paths are folded together so a scan cannot grow the table.
-        static const std::set<std::string> known{
-            "/v1/completions", "/v1/chat/completions", "/v1/models",      "/health",
-            "/tokenize",       "/detokenize",          "/tokenizer_info", "/metrics",
-            "/completions",    "/chat/completions",    "/models"};
-        const std::string path = known.count(req.path) ? req.path : "other";
-        metrics.requests[{path, res.status}]++;
-      }
       if (!options.quiet) {
         std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
       }
