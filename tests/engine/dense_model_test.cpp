@@ -22,6 +22,7 @@
 #include "policy/calibration.hpp"
 
 #include "../cli_runner.hpp"
+#include "../isa_guard.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -81,8 +82,9 @@ TEST(DenseQwen3, ConfigIsQwen3WithoutExperts) {
 }
 
 // transformers' logits: token by token and batched (also in batches smaller than the prompt),
-// with 1 and 2 threads.
+// with 1 and 2 threads, with the f32-activation kernels (the reference is float32 arithmetic).
 TEST(DenseQwen3, MatchesTransformers) {
+  test_support::F32ActivationKernels f32_kernels;  // transformers computed in float32
   const std::vector<int32_t> tokens = reference_tokens();
   const std::vector<float> incremental = read_f32(kModel / "logits_incremental.f32");
   const std::vector<float> full = read_f32(kModel / "logits_full.f32");

@@ -6,11 +6,9 @@
 // exactly transformers' routed experts, from the HF folder and from its GGUF twin made by
 // `steermoe convert`.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +16,9 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+
+#include "../cli_runner.hpp"
+#include "../isa_guard.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -69,6 +70,8 @@ struct RunResult {
 
 RunResult run(const fs::path& path, const std::vector<int32_t>& tokens, bool batched,
               int threads = 1) {
+  // transformers computed in float32: the f32-activation kernels (qwen3_dense has BF16 weights).
+  test_support::F32ActivationKernels f32_kernels;
   auto m = model::Model::load(path);
   Engine e(*m, {.threads = threads, .context = 32});
   RoutingRecord record;
@@ -106,11 +109,7 @@ void expect_matches(const Reference& ref, const RunResult& got, const std::vecto
   std::printf("[ hf-ref ] %-40s max abs %.3g\n", what.c_str(), static_cast<double>(max_err));
 }
 
-int run_cli(const std::string& args) {
-  const std::string cmd = std::string(STEERMOE_BINARY) + " " + args + " > /dev/null 2>&1";
-  const int st = std::system(cmd.c_str());
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+int run_cli(const std::string& args) { return test_support::run_cli(args).status; }
 
 class HfReference : public testing::TestWithParam<std::string> {};
 

@@ -19,6 +19,8 @@
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 
+#include "../isa_guard.hpp"
+
 namespace steermoe::engine {
 namespace {
 
@@ -35,22 +37,6 @@ std::vector<float> read_f32(const fs::path& p) {
   return out;
 }
 
-class IsaGuard {
- public:
-  IsaGuard() : saved_(kernels::active_isa()) {
-    for (kernels::Isa isa : {kernels::Isa::kAvx512, kernels::Isa::kAvx2, kernels::Isa::kScalar}) {
-      if (kernels::isa_available(isa)) {
-        kernels::set_active_isa(isa);
-        break;
-      }
-    }
-  }
-  ~IsaGuard() { kernels::set_active_isa(saved_); }
-
- private:
-  kernels::Isa saved_;
-};
-
 class ShippedModel : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ShippedModel, MatchesPyTorchReference) {
@@ -59,7 +45,7 @@ TEST_P(ShippedModel, MatchesPyTorchReference) {
       !fs::exists(kModel / "reference" / "reference.json")) {
     GTEST_SKIP() << kModel << " not present";
   }
-  IsaGuard isa;
+  test_support::F32ActivationKernels f32_kernels;
   auto model = model::Model::load(kModel);
   std::ifstream in(kModel / "reference" / "reference.json");
   const nlohmann::json ref = nlohmann::json::parse(in);
@@ -121,7 +107,7 @@ TEST_P(ShippedMoeModel, PregateMatchesPyTorchReference) {
   if (!fs::exists(kModel / "model.safetensors") || !fs::exists(ref_file)) {
     GTEST_SKIP() << ref_file << " not present";
   }
-  IsaGuard isa;
+  test_support::F32ActivationKernels f32_kernels;
   auto model = model::Model::load(kModel);
   std::ifstream in(ref_file);
   const nlohmann::json ref = nlohmann::json::parse(in);
