@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Train steer-olmoe-tiny on CPU (fp32, AdamW, cosine schedule with linear warm-up).
+"""Train steermoe's models (steer-olmoe-small, its dense drafter) on CPU (fp32, AdamW, cosine schedule with linear warm-up).
 
 Deterministic given --seed, --steps and the thread count: the weights are initialised from a
 seeded generator and step s reads the windows drawn by numpy's default_rng([seed, s]) from
@@ -9,7 +9,8 @@ Step budget: with --steps 0 the run measures its own speed over the first --budg
 steps (all inside the warm-up, whose learning rate does not depend on the total) and fixes
 --steps so that the run fits in --max-minutes; the chosen value is logged and written to the
 checkpoint, and `--steps N` reproduces the run. --max-minutes is also a hard stop: if reached,
-the run saves its checkpoint and records the step reached (reproduce with --stop-step).
+the run saves its checkpoint, records the step reached (reproduce with --stop-step) and exits
+with status 75 (EX_TEMPFAIL: unfinished, resume with --resume).
 
 Outputs in --workdir: ckpt.pt (model, optimiser, step, config, args), train_log.jsonl.
 """
@@ -26,6 +27,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from model import Config, build_model, num_params  # noqa: E402
+
+EXIT_UNFINISHED = 75  # sysexits.h EX_TEMPFAIL
 
 
 def get_batch(tokens, seed, step, batch, seq):
@@ -213,6 +216,10 @@ def main():
     save(stop_reason)
     log({"event": "end", "step": step, "steps": args.steps, "reason": stop_reason,
          "eval_loss": round(final_eval, 4), "elapsed": round(time.time() - t_start, 1)})
+    if stop_reason == "max-minutes":
+        # Not finished: a distinct status (EX_TEMPFAIL) so that a pipeline does not go on to
+        # export a half-trained model; run again with --resume to continue.
+        sys.exit(EXIT_UNFINISHED)
 
 
 if __name__ == "__main__":
