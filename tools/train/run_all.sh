@@ -2,6 +2,7 @@
 # Build steermoe's default model steer-olmoe-small and its drafter steer-drafter-small from
 # scratch: corpus, tokenizer, training (resumable), export, reference outputs, calibration,
 # routing statistics (PyTorch and engine), statistics over training, drafter acceptance, plots.
+# The drafter sees the same number of tokens as the target (STEPS x 32 x 256).
 # Run from the repository root. Training is deterministic for a given step count and thread
 # count; it is resumable: run the script again (same WORK) and it continues from the last
 # checkpoint (train.py --resume). Keep WORK outside the work tree to carry it across sessions.
@@ -36,11 +37,22 @@ if [ ! -f "$WORK/train.u16" ]; then
 fi
 for f in train.u16 eval.u16 heldout.u16 eval.jsonl tokenizer.json; do ln -sf "$(realpath "$WORK/$f")" "$DRAFT_WORK/$f"; done
 SNAPS=0,25,50,100,200,300,400,600,800,1000,1250,1500,1750,2000
-$PY tools/train/train.py --workdir "$WORK" --resume --seed "$SEED" --steps "$STEPS" --batch 32 --seq 256 \
+# train.py exits 75 when --max-minutes stopped it before --steps: stop here (nothing half-trained
+# is exported); the next run resumes from the checkpoint.
+train() {
+  status=0
+  $PY tools/train/train.py "$@" --max-minutes "$MAX_MINUTES" || status=$?
+  if [ "$status" = 75 ]; then
+    echo "run_all: training stopped by MAX_MINUTES=$MAX_MINUTES before the last step; run again (same WORK) to resume" >&2
+    exit 0
+  fi
+  [ "$status" = 0 ] || exit "$status"
+}
+train --workdir "$WORK" --resume --seed "$SEED" --steps "$STEPS" --batch 32 --seq 256 \
   --lr 3e-3 --warmup 100 --threads "$THREADS" --hidden 128 --expert-ffn 64 --layers 8 --heads 2 \
-  --experts 64 --topk 8 --eval-every 50 --ckpt-every-min 5 --snapshots "$SNAPS" --max-minutes "$MAX_MINUTES"
-$PY tools/train/train.py --workdir "$DRAFT_WORK" --resume --arch qwen3 --seed 20261202 --steps 400 \
-  --batch 32 --seq 256 --lr 3e-3 --warmup 40 --threads "$THREADS" --hidden 128 --layers 2 --heads 2 \
+  --experts 64 --topk 8 --eval-every 50 --ckpt-every-min 5 --snapshots "$SNAPS"
+train --workdir "$DRAFT_WORK" --resume --arch qwen3 --seed 20261202 --steps "$STEPS" \
+  --batch 32 --seq 256 --lr 3e-3 --warmup 100 --threads "$THREADS" --hidden 128 --layers 2 --heads 2 \
   --kv-heads 1 --dense-ffn 384 --eval-every 50 --ckpt-every-min 5
 $PY tools/train/export.py --workdir "$WORK" --out "$OUT"
 $PY tools/train/export.py --workdir "$DRAFT_WORK" --out "$DRAFTER"
