@@ -6,7 +6,7 @@
 # Run from the repository root. Training is deterministic for a given step count and thread
 # count; it is resumable: run the script again (same WORK) and it continues from the last
 # checkpoint (train.py --resume). Keep WORK outside the work tree to carry it across sessions.
-#   sh tools/train/run_all.sh                          # everything (about 4.5 h of training on 1 thread)
+#   sh tools/train/run_all.sh                          # everything (training: ~4.5 h model + ~1.5 h drafter, 1 thread)
 #   INSTALL=0 sh tools/train/run_all.sh                # without the installs
 #   MAX_MINUTES=100 sh tools/train/run_all.sh          # train at most 100 minutes this time, then stop
 # steer-olmoe-tiny (the previous default) was built by this script's version at commit 459839e

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Train steermoe's models (steer-olmoe-small, its dense drafter) on CPU (fp32, AdamW, cosine schedule with linear warm-up).
+"""Train steermoe's models (steer-olmoe-small and its dense drafter) on CPU (fp32, AdamW, cosine
+schedule with linear warm-up).
 
 Deterministic given --seed, --steps and the thread count: the weights are initialised from a
 seeded generator and step s reads the windows drawn by numpy's default_rng([seed, s]) from
