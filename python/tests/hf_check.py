@@ -38,8 +38,8 @@ def run(cmd):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
-    ap.add_argument("--model", default="models/steer-olmoe-tiny")
-    ap.add_argument("--text", default="data/text/eval.txt")
+    ap.add_argument("--model", default="models/steer-olmoe-small")
+    ap.add_argument("--text", default="data/text-small/eval.txt")
     ap.add_argument("--policy", default="psr:lambda=0.3,n=1")
     ap.add_argument("--cache", type=int, default=32)
     ap.add_argument("--calib", default=None)
