@@ -3,6 +3,8 @@
 // tokens). Each line of the input is {"context": ..., "continuation": ...}; each output line is
 // {"loglikelihood": sum of the continuation's token log-probabilities (in order, in double),
 // "is_greedy": every continuation token is the argmax, "tokens": continuation token count}.
+// A continuation with no token of its own (its text merged into the context's last tokens)
+// scores 0 and greedy, as in lm-eval, with a warning on stderr.
 // The log-probabilities are engine::token_logprob, the function behind `steermoe perplexity`
 // and the server's echo + logprobs, so the three agree bit for bit.
 #include <cstdio>
@@ -90,10 +92,25 @@ void add_score_command(CLI::App& root) {
       }
       std::vector<int32_t> ids = ctx;
       ids.insert(ids.end(), cont.begin(), cont.end());
-      if (cont.empty() || static_cast<int>(ids.size()) > engine.context()) {
+      if (static_cast<int>(ids.size()) > engine.context()) {
         fail(o->requests, fmt::format("line {}", lineno),
-             "expected a continuation of 1 or more tokens within the context of {}, found {} + {}",
+             "expected context + continuation within the context of {} tokens, found {} + {}",
              engine.context(), ctx.size(), cont.size());
+      }
+      if (cont.empty()) {
+        // The continuation's text merged into the context's last tokens (e.g. "**" + "**"), or
+        // it is empty: no token of its own. lm-eval sums the log-probabilities of no token
+        // (0, greedy), and so does this, with a warning since the text was not scored.
+        std::fprintf(stderr,
+                     "steermoe score: warning: %s: line %d: the continuation adds no token after "
+                     "the context's %zu (merged across the boundary, or empty): log-likelihood "
+                     "0, as lm-eval computes it\n",
+                     o->requests.c_str(), lineno, ctx.size());
+        std::printf("%s\n",
+                    nlohmann::json{{"loglikelihood", 0.0}, {"is_greedy", true}, {"tokens", 0}}
+                        .dump()
+                        .c_str());
+        continue;
       }
       engine.reset();
       logits.resize(ids.size() * V);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,39 @@ TEST(Cli, PerplexityPrintsJson) {
   EXPECT_GT(ppl, 1.0);
   EXPECT_LT(ppl, 3000.0);  // a random model is near uniform over 300 tokens, not worse by 10x
   EXPECT_NEAR(std::log(ppl), j.at("nll").get<double>(), 1e-9);
+}
+
+// score splits a request as lm-eval does (context tokens, then the rest of the whole string's).
+// When the continuation's text merges into the context's last token ("**" + "**" is one token
+// of the default model's BPE), it has no token of its own: lm-eval scores that 0 and greedy,
+// and so must score (it used to stop with an error, which broke lm-eval's check on such data).
+TEST(Cli, ScoreContinuationMergedIntoTheContextIsZeroLikeLmEval) {
+  const std::string model =
+      (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-small").string();
+  const Result merged = run("tokenize -m " + model + " --text '****'");
+  ASSERT_EQ(merged.status, 0) << merged.output;
+  const Result half = run("tokenize -m " + model + " --text '**'");
+  ASSERT_EQ(half.status, 0) << half.output;
+  // The premise: "****" is no more tokens than "**" (else the case below would not arise).
+  ASSERT_LE(json::parse(merged.output).size(), json::parse(half.output).size()) << merged.output;
+  const fs::path requests = temp("score_merged.jsonl");
+  std::ofstream(requests) << json{{"context", "a line\n**"}, {"continuation", "**"}}.dump() << "\n"
+                          << json{{"context", "a line\n"}, {"continuation", "of text"}}.dump()
+                          << "\n";
+  const Result r = run("score -m " + model + " -f " + requests.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("adds no token"));
+  std::vector<json> rows;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.empty() && line[0] == '{') rows.push_back(json::parse(line));
+  }
+  ASSERT_EQ(rows.size(), 2u) << r.output;
+  EXPECT_EQ(rows[0].at("tokens").get<int>(), 0);
+  EXPECT_EQ(rows[0].at("loglikelihood").get<double>(), 0.0);
+  EXPECT_TRUE(rows[0].at("is_greedy").get<bool>());
+  EXPECT_GT(rows[1].at("tokens").get<int>(), 0);
+  EXPECT_LT(rows[1].at("loglikelihood").get<double>(), 0.0);
 }
 
 // The closed loop from the command line: trace -> calibrate -> perplexity under a cache-aware

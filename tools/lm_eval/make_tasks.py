@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
-"""Builds two small lm-eval tasks from the shipped held-out text (data/text/heldout.txt, Python
-source the model never trained on) as local JSON files plus task YAMLs:
+"""Builds two small lm-eval tasks from a shipped held-out text (default data/text-small/heldout.txt,
+the default model's held-out documents; data/text/heldout.txt for steer-olmoe-tiny) as local JSON
+files plus task YAMLs:
 
   heldout_cloze  multiple choice: the two lines before + the start of a line; the choices are the
                  true rest of that line and the rests of three other lines (acc, acc_norm).
   heldout_gen    generate_until: three lines of context, the model writes the next line
                  (until "\\n"); exact_match against the true line.
 
-  python3 tools/lm_eval/make_tasks.py OUT_DIR [--n 40]
+  python3 tools/lm_eval/make_tasks.py OUT_DIR [--n 40] [--text FILE]
 """
 import argparse
 import json
@@ -15,16 +16,17 @@ import os
 import random
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TEXT = os.path.join(HERE, "..", "..", "data", "text", "heldout.txt")
+TEXT = os.path.join(HERE, "..", "..", "data", "text-small", "heldout.txt")
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--n", type=int, default=40)
+    ap.add_argument("--text", default=TEXT, help="held-out text the tasks are cut from")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
-    lines = open(TEXT, encoding="utf-8").read().split("\n")
+    lines = open(a.text, encoding="utf-8").read().split("\n")
     rng = random.Random(1234)
     # Lines with something to predict: 24..70 characters, not blank, not a comment.
     good = [i for i in range(2, len(lines))

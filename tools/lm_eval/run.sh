@@ -5,18 +5,21 @@
 # bit; then the official openai client for chat, streaming and not. Needs PyPI (not run in CI).
 #
 #   tools/lm_eval/run.sh [BUILD_DIR] [OUT_DIR]
+#   MODEL=models/steer-olmoe-tiny TEXT=data/text/heldout.txt tools/lm_eval/run.sh   # another model
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${1:-$ROOT/build}
 OUT=${2:-$(mktemp -d /tmp/steermoe-lmeval.XXXX)}
 VENV=${VENV:-$ROOT/.venv-lmeval}
-MODEL=$ROOT/models/steer-olmoe-tiny
+MODEL=$(realpath "${MODEL:-$ROOT/models/steer-olmoe-small}")
+TEXT=$(realpath "${TEXT:-$ROOT/data/text-small/heldout.txt}")
+MODEL_NAME=$(basename "$MODEL")
 N=${N:-40}
 if [ ! -x "$VENV/bin/lm_eval" ]; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q "lm-eval[api]==0.4.13" openai
 fi
-python3 "$ROOT/tools/lm_eval/make_tasks.py" "$OUT/tasks" --n "$N"
+python3 "$ROOT/tools/lm_eval/make_tasks.py" "$OUT/tasks" --n "$N" --text "$TEXT"
 export HF_DATASETS_OFFLINE=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
 run_one() {  # name, then serve flags
@@ -27,7 +30,7 @@ run_one() {  # name, then serve flags
   local port; port=$(awk '/listening on port/ {print $4}' "$OUT/$name.port")
   echo "== $name: steermoe serve on port $port ($*)"
   "$VENV/bin/lm_eval" --model local-completions \
-    --model_args "base_url=http://127.0.0.1:$port/v1/completions,model=steer-olmoe-tiny,tokenizer_backend=remote,tokenized_requests=True,max_length=256,num_concurrent=1,max_retries=1,timeout=120" \
+    --model_args "base_url=http://127.0.0.1:$port/v1/completions,model=$MODEL_NAME,tokenizer_backend=remote,tokenized_requests=True,max_length=256,num_concurrent=1,max_retries=1,timeout=120" \
     --tasks heldout_cloze,heldout_gen --include_path "$OUT/tasks" --batch_size 4 \
     --log_samples --output_path "$OUT/$name" 2>&1 | tee "$OUT/$name.lm_eval.log" | grep -E "^\||Tasks" || true
   if [ "$name" = exact ]; then
