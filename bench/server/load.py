@@ -29,7 +29,7 @@ def rss_kb(pid):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--steermoe", default=os.path.join(ROOT, "build", "steermoe"))
-    ap.add_argument("--model", default=os.path.join(ROOT, "models", "steer-olmoe-tiny"))
+    ap.add_argument("--model", default=os.path.join(ROOT, "models", "steer-olmoe-small"))
     ap.add_argument("--clients", type=int, default=8)
     ap.add_argument("--seconds", type=float, default=60)
     ap.add_argument("--queue", type=int, default=4)
