@@ -495,12 +495,13 @@ ModelConfig parse_hf_config(std::string_view json_text, const std::string& where
     if (!text.contains("tie_word_embeddings") && j.contains("tie_word_embeddings")) {
       text["tie_word_embeddings"] = j["tie_word_embeddings"];
     }
-    const std::string inner = text.value("model_type", std::string("qwen3_5_moe_text"));
+    const std::string text_where = where + " (text_config)";
+    Fields tf(text, text_where);
+    // Through Fields: a model_type that is not a string is a clean error, not a JSON exception.
+    const std::string inner = tf.string_or("model_type", "qwen3_5_moe_text");
     if (inner != "qwen3_5_moe_text") {
       fail(where, "text_config.model_type", "expected \"qwen3_5_moe_text\", found \"{}\"", inner);
     }
-    const std::string text_where = where + " (text_config)";
-    Fields tf(text, text_where);
     fill_hybrid(tf, c, Family::kQwen35Moe);
   } else {
     fail(where, "model_type",

@@ -156,6 +156,9 @@ TEST(ConfigVariants, HybridBadInput) {
   j["text_config"]["model_type"] = "qwen3_vl_text";
   EXPECT_THAT(error_of(j), HasSubstr("text_config.model_type: expected \"qwen3_5_moe_text\""));
   j = q35;
+  j["text_config"]["model_type"] = 6;  // found by fuzz_config_json: was an uncaught JSON exception
+  EXPECT_THAT(error_of(j), HasSubstr("cfg.json (text_config): model_type: expected a string, found 6"));
+  j = q35;
   j.erase("text_config");
   EXPECT_THAT(error_of(j), HasSubstr("cfg.json: text_config: expected an object"));
   j = q35;
