@@ -40,7 +40,9 @@ void excerpt_into(const Json& v, std::string& out, size_t limit) {
       if (!first) out += ',';
       first = false;
       const std::string& key = it.key();
-      out += Json(key.substr(0, limit)).dump();
+      // Keys too may hold invalid UTF-8 (found by fuzz_trace_meta): replace, never throw.
+      out += Json(key.substr(0, limit))
+                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       out += ':';
       excerpt_into(it.value(), out, limit);
     }

@@ -1165,7 +1165,11 @@ class Parser {
         if (peek().type == Tok::kInt) {
           a->kind = EK::kItem;
           auto idx = make(EK::kLiteral);
-          idx->value = Value::integer(std::stoll(next().text));
+          const std::string text = next().text;
+          int64_t index = 0;
+          const auto r = std::from_chars(text.data(), text.data() + text.size(), index);
+          if (r.ec != std::errc()) error(line_, "index ." + text.substr(0, 24) + " out of range");
+          idx->value = Value::integer(index);
           a->kids.push_back(std::move(e));
           a->kids.push_back(std::move(idx));
         } else {

@@ -42,6 +42,11 @@ TEST(JsonInput, ExcerptIsShort) {
   for (int i = 0; i < 100000; ++i) array.push_back(i);
   EXPECT_LT(json_excerpt(array).size(), 120u);
   EXPECT_EQ(json_excerpt(nlohmann::json{{"a", 1}}), "{\"a\":1}");
+  // Invalid UTF-8 in a key or a value is replaced, not thrown (a key's was: fuzz_trace_meta).
+  const std::string bad = "k\xd4";
+  EXPECT_NO_THROW(json_excerpt(nlohmann::json{{bad, 1}}));
+  EXPECT_NO_THROW(json_excerpt(nlohmann::json{{"a", bad}}));
+  EXPECT_NO_THROW(json_excerpt(nlohmann::ordered_json{{bad, bad}}));
 }
 
 TEST(MemoryLimit, RefusesBeyondTheCap) {

@@ -67,7 +67,8 @@ TEST(ChatTemplate, SnippetsMatchJinja2) {
 TEST(ChatTemplate, ParseErrorsNameTheLine) {
   for (const char* bad :
        {"{% if x %}", "{{ x", "{% for %}", "{{ 1 + }}", "{% endfor %}", "{% bogus %}",
-        "{{ 'unterminated }}", "a\n{% if %}\n", "{# never closed"}) {
+        "{{ 'unterminated }}", "a\n{% if %}\n", "{# never closed",
+        "{{ s.99999999999999999999999 }}"}) {  // index out of range (was std::out_of_range)
     SCOPED_TRACE(bad);
     EXPECT_THROW(Template t(bad), TemplateError);
   }
