@@ -32,9 +32,17 @@ for f in build-fuzz/fuzz/fuzz_*; do
   work=$(mktemp -d)
   [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
   echo "-- $name"
-  "$f" "$work" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
-    -print_final_stats=0 2>&1 | tail -n 2
-  rm -rf "$work"
+  log="$work.log"
+  # On a find, show the report (exception, stack, the input as Base64), not just its last lines.
+  if ! "$f" "$work" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
+    -print_final_stats=0 > "$log" 2>&1; then
+    grep -v '^INFO:\|^#[0-9]*\s*\(NEW\|REDUCE\|pulse\|INITED\)' "$log" | tail -n 80
+    rm -rf "$work" "$log"
+    echo "$name found a failing input (see above)"
+    exit 1
+  fi
+  tail -n 2 "$log"
+  rm -rf "$work" "$log"
 done
 echo "== CUDA compile check (kernels, CUDA backend, CUDA tests, steermoe; not run: no GPU in CI) =="
 # A compile check only: nothing here runs on a GPU (tests/cuda skip without one, and CI has
