@@ -97,6 +97,8 @@ void add_score_command(CLI::App& root) {
              "expected context + continuation within the context of {} tokens, found {} + {}",
              engine.context(), ctx.size(), cont.size());
       }
+      double sum = 0.0;
+      bool greedy = true;
       if (cont.empty()) {
         // The continuation's text merged into the context's last tokens (e.g. "**" + "**"), or
         // it is empty: no token of its own. lm-eval sums the log-probabilities of no token
@@ -106,21 +108,15 @@ void add_score_command(CLI::App& root) {
                      "the context's %zu (merged across the boundary, or empty): log-likelihood "
                      "0, as lm-eval computes it\n",
                      o->requests.c_str(), lineno, ctx.size());
-        std::printf("%s\n",
-                    nlohmann::json{{"loglikelihood", 0.0}, {"is_greedy", true}, {"tokens", 0}}
-                        .dump()
-                        .c_str());
-        continue;
-      }
-      engine.reset();
-      logits.resize(ids.size() * V);
-      engine.prefill(ids, logits);
-      double sum = 0.0;
-      bool greedy = true;
-      for (size_t i = ctx.size(); i < ids.size(); ++i) {
-        const std::span<const float> row(logits.data() + (i - 1) * V, V);
-        sum += engine::token_logprob(row, ids[i]);
-        greedy = greedy && engine::argmax(row) == ids[i];
+      } else {
+        engine.reset();
+        logits.resize(ids.size() * V);
+        engine.prefill(ids, logits);
+        for (size_t i = ctx.size(); i < ids.size(); ++i) {
+          const std::span<const float> row(logits.data() + (i - 1) * V, V);
+          sum += engine::token_logprob(row, ids[i]);
+          greedy = greedy && engine::argmax(row) == ids[i];
+        }
       }
       nlohmann::json out{{"loglikelihood", sum}, {"is_greedy", greedy}, {"tokens", cont.size()}};
       std::printf("%s\n", out.dump().c_str());
