@@ -1,6 +1,7 @@
-// steermoe._core: the policy library and trace I/O of steermoe for Python (pybind11), with numpy
-// arrays. The same C++ code the engine, replay and the simulator run (steermoe_policy and
-// steermoe_trace), not a port. The Python-side API is documented in python/README.md.
+// steermoe._core: the routing step, the policy library and trace I/O of steermoe for Python
+// (pybind11), with numpy arrays. The same C++ code the engine, replay and the simulator run
+// (schedule::OffloadStep over steermoe_policy, and steermoe_trace), not a port. The Python-side API
+// is documented in python/README.md.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -14,6 +15,8 @@
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
 #include "policy/router.hpp"
+#include "schedule/offload_config.hpp"
+#include "schedule/offload_step.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/replay.hpp"
 #include "trace/trace.hpp"
@@ -24,15 +27,6 @@ using namespace steermoe;
 namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
-
-std::span<const float> row_span(const FloatArray& a, int expected, const char* what) {
-  if (a.ndim() != 1 || a.shape(0) != expected)
-    throw Error(
-        fmt::format("{}: shape: expected a 1-D array of {} float32 scores, found ndim {} "
-                    "size {}",
-                    what, expected, a.ndim(), a.size()));
-  return {a.data(), static_cast<size_t>(expected)};
-}
 
 py::array_t<int32_t> copies_array(std::span<const policy::Copy> copies) {
   py::array_t<int32_t> out({static_cast<py::ssize_t>(copies.size()), py::ssize_t{2}});
@@ -55,70 +49,94 @@ struct LayerStats {
   uint64_t demand = 0, prefetch = 0, evicted = 0, replaced = 0, selections = 0;
 };
 
-// One request row's logical caches. per_layer = false: one policy::RequestRouter driven
-// token-major (begin_token, then select(l) and prefetch(l + 1) per layer) as `steermoe replay`.
-// per_layer = true: one RequestRouter per MoE layer, as the engine's prefill, so that a whole
-// layer can be routed for every token before the next layer runs (what a transformers forward
-// pass needs); each layer's router only ever sees its own layer, and the decisions are the same.
-class Router {
+// One request row's logical caches: schedule::OffloadStep (logical only), the one owner of the
+// call order the engine, `replay` and the simulator run. Two ways to drive it:
+//   run_token(token, z[L, E], pregate[L, E])   token-major (decode), the step owns the layer loop
+//   route_layer(layer, tokens[n], z[n, E], pregate[n, E])
+//                                              one layer of the layer-major schedule, for callers
+//                                              whose framework owns the layer loop (the HF
+//                                              harness: transformers calls each MoE block for
+//                                              every position before the next block)
+// Either way the decisions are those of the engine (each layer's state depends only on that
+// layer's history).
+class Step {
  public:
-  Router(const policy::RouterSpec& spec, const std::string& policy_text,
-         std::shared_ptr<const policy::Calibration> calib, int cache_slots, bool per_layer)
-      : spec_(spec),
-        config_(policy::parse_policy(policy_text)),
-        calib_(std::move(calib)),
-        slots_(cache_slots > 0 ? cache_slots : spec.experts),
-        per_layer_(per_layer) {
-    policy::validate(config_, spec_, slots_);
-    if (calib_->layers != spec_.layers || calib_->experts != spec_.experts ||
-        calib_->top_k != spec_.top_k)
-      fail("calibration", "shape",
-           "expected {} MoE layers x {} experts, top-{} (the router spec's), found {} x {}, top-{}",
-           spec_.layers, spec_.experts, spec_.top_k, calib_->layers, calib_->experts,
-           calib_->top_k);
-    const int n = per_layer ? spec_.layers : 1;
-    for (int i = 0; i < n; ++i)
-      routers_.push_back(std::make_unique<policy::RequestRouter>(spec_, config_, *calib_, slots_));
+  Step(const policy::RouterSpec& spec, const std::string& policy_text,
+       std::shared_ptr<const policy::Calibration> calib, int cache_slots)
+      : config_(schedule::resolve_offload({.policy = policy_text,
+                                           .cache = cache_slots,
+                                           .calibration = std::move(calib),
+                                           .calibration_source = "calibration"},
+                                          {.spec = spec, .name = "the RouterSpec"})),
+        step_(spec, config_.policy, *config_.calibration, {.cache_slots = config_.cache_slots}),
+        spec_(spec) {
     stats_.assign(static_cast<size_t>(spec_.layers), LayerStats{});
   }
 
-  void reset() {
-    for (auto& r : routers_) r->reset();
-  }
-  void begin_token(int32_t token, int layer) {
-    if (token < 0) throw Error(fmt::format("begin_token: token: expected >= 0, found {}", token));
-    if (layer >= 0) {
-      router(layer).begin_token(token);
-      if (layer == 0) ++tokens_;
-      return;
-    }
-    for (auto& r : routers_) r->begin_token(token);
+  void reset() { step_.begin_request(); }
+
+  // Token-major: rows [L, E]; pregate row l = router l on MoE layer l-1's input (row 0 unused:
+  // the trace format's convention). Returns the selections int32 [L, K].
+  py::array_t<int32_t> run_token(int32_t token, const FloatArray& z,
+                                 const std::optional<FloatArray>& pregate,
+                                 const std::optional<FloatArray>& weight_scores) {
+    if (token < 0) throw Error(fmt::format("run_token: token: expected >= 0, found {}", token));
+    const auto L = static_cast<py::ssize_t>(spec_.layers);
+    const auto K = static_cast<py::ssize_t>(spec_.top_k);
+    RowsDriver driver(
+        *this, rows_span(z, L, "z"),
+        pregate ? rows_span(*pregate, L, "pregate") : std::span<const float>{},
+        weight_scores ? rows_span(*weight_scores, L, "weight_scores") : std::span<const float>{});
+    py::array_t<int32_t> out({L, K});
+    driver.out = out.mutable_data();
+    step_.run_token(token, driver);
     ++tokens_;
+    return out;
   }
-  py::array_t<int32_t> prefetch(int layer, const FloatArray& pregate) {
+
+  // One layer of the layer-major schedule for n positions: tokens [n], rows [n, E]; pregate:
+  // router `layer` on MoE layer layer-1's input (None: no part 1; not for layer 0). Returns
+  // (selected int32 [n, K], weights float32 [n, K] or None).
+  py::tuple route_layer(int layer, const py::array_t<int64_t, py::array::forcecast>& tokens,
+                        const FloatArray& z, const std::optional<FloatArray>& pregate,
+                        const std::optional<FloatArray>& weight_scores) {
     check_layer(layer);
-    if (layer < 1) throw Error("prefetch: layer: expected >= 1 (part 1 is for the next layer)");
-    const auto copies = router(layer).prefetch(layer, row_span(pregate, spec_.experts, "pregate"));
-    stats_[static_cast<size_t>(layer)].prefetch += copies.size();
-    return copies_array(copies);
+    if (pregate && layer < 1)
+      throw Error(
+          "route_layer: pregate: expected layer >= 1 (part 1 is for the layer after the "
+          "one whose input it was computed on)");
+    if (tokens.ndim() != 1) throw Error("route_layer: tokens: expected a 1-D array");
+    const auto n = static_cast<py::ssize_t>(tokens.shape(0));
+    const std::span<const float> zs = rows_span(z, n, "z");
+    const std::span<const float> ps =
+        pregate ? rows_span(*pregate, n, "pregate") : std::span<const float>{};
+    const std::span<const float> ws =
+        weight_scores ? rows_span(*weight_scores, n, "weight_scores") : std::span<const float>{};
+    const auto E = static_cast<size_t>(spec_.experts);
+    const auto K = static_cast<py::ssize_t>(spec_.top_k);
+    py::array_t<int32_t> selected({n, K});
+    py::array_t<float> weights({n, K});
+    bool have_weights = true;
+    for (py::ssize_t t = 0; t < n; ++t) {
+      const int64_t token = tokens.at(t);
+      if (token < 0 || token > INT32_MAX)
+        throw Error(fmt::format("route_layer: tokens: expected ids in [0, 2^31), found {}", token));
+      const size_t off = static_cast<size_t>(t) * E;
+      const policy::Decision& d = step_.route_layer_major(
+          layer, static_cast<int32_t>(token), ps.empty() ? ps : ps.subspan(off, E),
+          zs.subspan(off, E), ws.empty() ? ws : ws.subspan(off, E));
+      count(layer, d);
+      std::copy(d.selected.begin(), d.selected.end(), selected.mutable_data(t, 0));
+      have_weights = have_weights && d.has_weights;
+      if (d.has_weights) std::copy(d.weights.begin(), d.weights.end(), weights.mutable_data(t, 0));
+    }
+    if (layer == 0) tokens_ += n;
+    return py::make_tuple(selected, have_weights ? py::object(weights) : py::object(py::none()));
   }
-  py::tuple select(int layer, const FloatArray& z, const std::optional<FloatArray>& ws) {
-    check_layer(layer);
-    std::span<const float> wspan;
-    if (ws) wspan = row_span(*ws, spec_.experts, "weight_scores");
-    const policy::Decision& d = router(layer).select(layer, row_span(z, spec_.experts, "z"), wspan);
-    LayerStats& s = stats_[static_cast<size_t>(layer)];
-    s.demand += d.demand.size();
-    s.evicted += d.evicted.size();
-    s.replaced += static_cast<uint64_t>(d.replaced);
-    ++s.selections;
-    py::object weights = py::none();
-    if (d.has_weights) weights = vector_array(d.weights);
-    return py::make_tuple(vector_array(d.selected), weights, copies_array(d.demand));
-  }
+
   py::dict decision(int layer) const {
     check_layer(layer);
-    const policy::Decision& d = router(layer).decision(layer);
+    const policy::Decision& d = step_.router().decision(layer);
     py::dict out;
     out["layer"] = d.layer;
     out["step"] = d.step;
@@ -134,7 +152,7 @@ class Router {
   }
   py::array_t<int32_t> resident(int layer) const {
     check_layer(layer);
-    return vector_array(router(layer).cache(layer).resident_sorted());
+    return vector_array(step_.router().cache(layer).resident_sorted());
   }
   py::dict stats() const {
     py::dict out;
@@ -171,31 +189,83 @@ class Router {
     stats_.assign(stats_.size(), LayerStats{});
     tokens_ = 0;
   }
-  void set_compute_weights(bool on) {
-    for (auto& r : routers_) r->set_compute_weights(on);
-  }
-  std::string policy() const { return config_.to_string(); }
-  int cache_slots() const { return slots_; }
+  void set_compute_weights(bool on) { step_.set_compute_weights(on); }
+  std::string policy() const { return config_.policy_text(); }
+  int cache_slots() const { return config_.cache_slots; }
+  bool prefetches() const { return step_.prefetches(); }
   const policy::RouterSpec& spec() const { return spec_; }
-  bool per_layer() const { return per_layer_; }
 
  private:
+  // The step's driver over [L, E] rows of one token.
+  struct RowsDriver final : schedule::LayerDriver {
+    Step& self;
+    std::span<const float> z, pregate, weight_scores;
+    int32_t* out = nullptr;
+    RowsDriver(Step& s, std::span<const float> z_rows, std::span<const float> pregate_rows,
+               std::span<const float> ws_rows)
+        : self(s), z(z_rows), pregate(pregate_rows), weight_scores(ws_rows) {}
+    std::span<const float> row(std::span<const float> rows, int layer) const {
+      const auto E = static_cast<size_t>(self.spec_.experts);
+      return rows.empty() ? rows : rows.subspan(static_cast<size_t>(layer) * E, E);
+    }
+    schedule::LayerScores scores(int l) override {
+      return {.z = row(z, l),
+              .weight_scores = row(weight_scores, l),
+              .pregate_next =
+                  l + 1 < self.spec_.layers ? row(pregate, l + 1) : std::span<const float>{}};
+    }
+    void routed(int l, int /*position*/, const policy::Decision& d,
+                std::span<const float> /*pregate*/) override {
+      self.count(l, d);
+      std::copy(d.selected.begin(), d.selected.end(),
+                out + static_cast<size_t>(l) * static_cast<size_t>(self.spec_.top_k));
+    }
+  };
+
+  void count(int layer, const policy::Decision& d) {
+    LayerStats& s = stats_[static_cast<size_t>(layer)];
+    s.demand += d.demand.size();
+    s.prefetch += d.prefetch.size();
+    s.evicted += d.evicted.size();
+    s.replaced += static_cast<uint64_t>(d.replaced);
+    ++s.selections;
+  }
+  // A float32 array of `rows` x E values (any shape with that many, e.g. [rows, E]).
+  std::span<const float> rows_span(const FloatArray& a, py::ssize_t rows, const char* what) const {
+    const py::ssize_t want = rows * spec_.experts;
+    if (a.size() != want || (a.ndim() == 2 && a.shape(1) != spec_.experts) || a.ndim() > 2)
+      throw Error(fmt::format("{}: shape: expected {} x {} float32 scores, found ndim {} size {}",
+                              what, rows, spec_.experts, a.ndim(), a.size()));
+    return {a.data(), static_cast<size_t>(want)};
+  }
   void check_layer(int layer) const {
     if (layer < 0 || layer >= spec_.layers)
       throw Error(fmt::format("layer: expected 0 <= layer < {}, found {}", spec_.layers, layer));
   }
-  policy::RequestRouter& router(int layer) { return *routers_[per_layer_ ? layer : 0]; }
-  const policy::RequestRouter& router(int layer) const { return *routers_[per_layer_ ? layer : 0]; }
 
+  schedule::OffloadConfig config_;
+  schedule::OffloadStep step_;
   policy::RouterSpec spec_;
-  policy::PolicyConfig config_;
-  std::shared_ptr<const policy::Calibration> calib_;
-  int slots_;
-  bool per_layer_;
-  std::vector<std::unique_ptr<policy::RequestRouter>> routers_;
   std::vector<LayerStats> stats_;
   int64_t tokens_ = 0;
 };
+
+// Every decision of `policy` over a trace, from `steermoe replay`'s own code (trace::replay_trace):
+// a list of (t, layer, selected, prefetch copies, demand copies, resident).
+py::list replay_decisions(const std::shared_ptr<trace::Trace>& trace,
+                          const policy::Calibration& calibration, const std::string& policy,
+                          int cache_slots) {
+  py::list out;
+  trace::ReplayOptions options{
+      .policy = policy, .cache_slots = cache_slots, .calibration_source = "calibration"};
+  options.on_decision = [&out](int64_t t, int layer, const policy::Decision& d,
+                               const policy::LayerCache& cache) {
+    out.append(py::make_tuple(t, layer, vector_array(d.selected), copies_array(d.prefetch),
+                              copies_array(d.demand), vector_array(cache.resident_sorted())));
+  };
+  trace::replay_trace(*trace, calibration, options);
+  return out;
+}
 
 // Read access to a trace folder; arrays are zero-copy views of the memory-mapped files.
 struct PyTrace {
@@ -322,28 +392,35 @@ PYBIND11_MODULE(_core, m) {
       },
       py::arg("spec"));
 
-  py::class_<Router>(m, "Router")
+  py::class_<Step>(m, "Step")
       .def(py::init<const policy::RouterSpec&, const std::string&,
-                    std::shared_ptr<const policy::Calibration>, int, bool>(),
-           py::arg("spec"), py::arg("policy"), py::arg("calibration"), py::arg("cache_slots"),
-           py::arg("per_layer") = false)
-      .def("reset", &Router::reset, "New request: every layer back to its warm set")
-      .def("begin_token", &Router::begin_token, py::arg("token"), py::arg("layer") = -1)
-      .def("prefetch", &Router::prefetch, py::arg("layer"), py::arg("pregate"),
-           "Part 1 for `layer` (>= 1); returns the insertions as int32 [n, 2] (expert, slot)")
-      .def("select", &Router::select, py::arg("layer"), py::arg("z"),
-           py::arg("weight_scores") = py::none(),
-           "Part 2: returns (selected int32 [K] ascending, weights float32 [K] or None, demand "
-           "copies int32 [m, 2])")
-      .def("decision", &Router::decision, py::arg("layer"))
-      .def("resident", &Router::resident, py::arg("layer"))
-      .def("stats", &Router::stats)
-      .def("reset_stats", &Router::reset_stats)
-      .def("set_compute_weights", &Router::set_compute_weights, py::arg("on"))
-      .def_property_readonly("policy", &Router::policy)
-      .def_property_readonly("cache_slots", &Router::cache_slots)
-      .def_property_readonly("per_layer", &Router::per_layer)
-      .def_property_readonly("spec", &Router::spec);
+                    std::shared_ptr<const policy::Calibration>, int>(),
+           py::arg("spec"), py::arg("policy"), py::arg("calibration"), py::arg("cache_slots") = 0)
+      .def("reset", &Step::reset, "New request: every layer back to its warm set")
+      .def("run_token", &Step::run_token, py::arg("token"), py::arg("z"),
+           py::arg("pregate") = py::none(), py::arg("weight_scores") = py::none(),
+           "One token through every MoE layer (the engine's decode order); rows [L, E], pregate "
+           "row l = router l on layer l-1's MoE input. Returns the selections int32 [L, K]")
+      .def("route_layer", &Step::route_layer, py::arg("layer"), py::arg("tokens"), py::arg("z"),
+           py::arg("pregate") = py::none(), py::arg("weight_scores") = py::none(),
+           "One MoE layer for n positions (the layer-major schedule): tokens [n], rows [n, E]. "
+           "Returns (selected int32 [n, K], weights float32 [n, K] or None)")
+      .def("decision", &Step::decision, py::arg("layer"))
+      .def("resident", &Step::resident, py::arg("layer"))
+      .def("stats", &Step::stats)
+      .def("reset_stats", &Step::reset_stats)
+      .def("set_compute_weights", &Step::set_compute_weights, py::arg("on"))
+      .def_property_readonly("policy", &Step::policy)
+      .def_property_readonly("cache_slots", &Step::cache_slots)
+      .def_property_readonly("prefetches", &Step::prefetches,
+                             "True if the policy runs part 1 (needs pre-gate scores)")
+      .def_property_readonly("spec", &Step::spec);
+  m.def(
+      "replay_decisions",
+      [](const PyTrace& trace, const policy::Calibration& calibration, const std::string& policy,
+         int cache_slots) { return replay_decisions(trace.t, calibration, policy, cache_slots); },
+      py::arg("trace"), py::arg("calibration"), py::arg("policy"), py::arg("cache_slots"),
+      "Every decision of `steermoe replay` as (t, layer, selected, prefetch, demand, resident)");
 
   py::class_<PyTrace>(m, "Trace")
       .def_static(

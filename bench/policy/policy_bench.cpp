@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "policy/router.hpp"
+#include "schedule/offload_step.hpp"
 
 namespace steermoe::policy {
 namespace {
@@ -96,32 +97,42 @@ void BM_PolicyStep(benchmark::State& state, Shape shape, const char* policy, int
   const Calibration calib = calibrator.finish();
   const Scores scores = make_scores(shape, 128, 2);
   const int cache = shape.experts * residency_pct / 100;
-  RequestRouter router(spec, parse_policy(policy), calib, cache);
-  router.set_compute_weights(with_weights);
-  router.set_top_k_path(isa.path);
-  int t = 0;
+  // The step the engine runs (logical only), driven by the synthetic rows: the benchmark times
+  // the same per-token order as decoding, not a copy of it.
+  schedule::OffloadStep step(spec, parse_policy(policy), calib, {.cache_slots = cache});
+  // Execution weights are the model's computation, not the policy's: timed separately by the
+  // WithWeights variants.
+  step.set_compute_weights(with_weights);
+  step.set_top_k_path(isa.path);
+  struct Driver final : schedule::LayerDriver {
+    const Scores& rows;
+    const Shape& shape;
+    bool with_weights;
+    int t = 0;
+    Driver(const Scores& s, const Shape& sh, bool w) : rows(s), shape(sh), with_weights(w) {}
+    schedule::LayerScores scores(int l) override {
+      const size_t row = (static_cast<size_t>(t) * shape.layers + l) * shape.experts;
+      const std::span<const float> z(&rows.z[row], shape.experts);
+      return {
+          .z = z,
+          .weight_scores = with_weights ? z : std::span<const float>{},
+          .pregate_next = l + 1 < shape.layers
+                              ? std::span<const float>(&rows.g[row + shape.experts], shape.experts)
+                              : std::span<const float>{}};
+    }
+    void routed(int, int, const Decision& d, std::span<const float>) override {
+      benchmark::DoNotOptimize(d.selected.data());
+    }
+  } driver(scores, shape, with_weights);
   int64_t layer_steps = 0;
   for (auto _ : state) {
-    if (t == scores.steps) {
-      t = 0;
-      router.reset();
+    if (driver.t == scores.steps) {
+      driver.t = 0;
+      step.begin_request();
     }
-    router.begin_token(scores.tokens[t]);
-    for (int l = 0; l < shape.layers; ++l) {
-      const size_t row = (static_cast<size_t>(t) * shape.layers + l) * shape.experts;
-      // Execution weights are the model's computation, not the policy's: timed separately by
-      // the WithWeights variants.
-      const std::span<const float> z(&scores.z[row], shape.experts);
-      const Decision& d = with_weights ? router.select(l, z, z) : router.select(l, z, {});
-      benchmark::DoNotOptimize(d.selected.data());
-      if (l + 1 < shape.layers) {
-        auto pf = router.prefetch(
-            l + 1, std::span<const float>(&scores.g[row + shape.experts], shape.experts));
-        benchmark::DoNotOptimize(pf.data());
-      }
-    }
+    step.run_token(scores.tokens[driver.t], driver);
     layer_steps += shape.layers;
-    ++t;
+    ++driver.t;
   }
   // Seconds per layer step (kIsRate | kInvert); Google Benchmark prints it scaled (e.g. "312ns").
   state.counters["seconds_per_layer"] = benchmark::Counter(

@@ -1,15 +1,14 @@
 """steermoe: the prefetch-steered routing policy library from Python.
 
-The same C++ code as the steermoe engine (src/policy, src/trace) through pybind11; numpy arrays
-in and out. See python/README.md.
+The same C++ code as the steermoe engine (src/schedule, src/policy, src/trace) through pybind11;
+numpy arrays in and out. See python/README.md.
 
     import numpy as np, steermoe
     trace = steermoe.Trace.open("data/traces/synth-olmoe")
     calib = steermoe.load_calibration("data/traces/synth-olmoe/calib.smcal")
-    router = steermoe.Router(trace.router_spec(), "psr:lambda=0.3,n=1", calib, cache_slots=32)
-    router.reset()
-    router.begin_token(int(trace.tokens[0]))
-    selected, weights, copies = router.select(0, trace.scores[0, 0])
+    step = steermoe.Step(trace.router_spec(), "psr:lambda=0.3,n=1", calib, cache_slots=32)
+    step.reset()
+    selected = step.run_token(int(trace.tokens[0]), trace.scores[0], trace.pregate[0])  # [L, K]
 """
 import json as _json
 
@@ -27,8 +26,8 @@ if int(_np.__version__.split(".")[0]) >= 2 and tuple(_core.pybind11_version) < (
 from ._core import (  # noqa: F401
     Calibration,
     Error,
-    Router,
     RouterSpec,
+    Step,
     ScoreMode,
     canonical_policy,
     parse_policy,
@@ -38,7 +37,7 @@ from ._core import Trace as _Trace
 from ._core import load_calibration as _load_calibration
 from ._core import TraceWriter as _TraceWriter
 
-__all__ = ["Calibration", "Error", "Router", "RouterSpec", "Trace", "TraceWriter",
+__all__ = ["Calibration", "Error", "RouterSpec", "Step", "Trace", "TraceWriter",
            "canonical_policy", "load_calibration", "parse_policy", "uninformed_calibration",
            "replay"]
 
@@ -85,24 +84,8 @@ class TraceWriter:
 
 
 def replay(trace, calibration, policy, cache_slots):
-    """Runs `policy` over `trace` in the engine's order (as `steermoe replay`): reset at each
-    sequence start; per token begin_token, then select(l) and prefetch(l + 1) per layer.
-    Yields (t, layer, selected, prefetch copies, demand copies, resident)."""
-    spec = trace.router_spec()
-    router = Router(spec, policy, calibration, cache_slots)
-    router.set_compute_weights(False)
-    starts = set(int(s) for s in trace.sequence_starts)
-    scores, pregate, ws = trace.scores, trace.pregate, trace.weights_scores
-    tokens = trace.tokens
-    sigmoid = spec.mode == "sigmoid"
-    for t in range(trace.steps):
-        if t in starts:
-            router.reset()
-        router.begin_token(int(tokens[t]))
-        for layer in range(spec.layers):
-            w = ws[t, layer] if sigmoid and ws is not None else None
-            sel, _, _ = router.select(layer, scores[t, layer], w)
-            d = router.decision(layer)
-            yield t, layer, sel, d["prefetch"], d["demand"], router.resident(layer)
-            if layer + 1 < spec.layers:
-                router.prefetch(layer + 1, pregate[t, layer + 1])
+    """Runs `policy` over `trace` exactly as `steermoe replay` (the same C++ code): reset at each
+    sequence start, then each token through every layer in the engine's order. Returns an
+    iterator of (t, layer, selected, prefetch copies, demand copies, resident)."""
+    core = trace._core if isinstance(trace, Trace) else trace
+    return iter(_core.replay_decisions(core, calibration, policy, cache_slots))

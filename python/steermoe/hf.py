@@ -10,14 +10,15 @@
 Supported: OlmoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (transformers >= 4.57 /
 5.x, whose MoE blocks call `self.gate(hidden_states) -> (router_logits, top_k_weights,
 top_k_index)`). Only the gate's top-k selection is replaced: the harness computes the router
-logits exactly as the gate does (float32 F.linear), gives them to steermoe's Router (the engine's
-C++ policy code) token by token in the engine's order, and returns the policy's selected experts
-and execution weights; attention, experts and everything else are transformers' own.
+logits exactly as the gate does (float32 F.linear), gives them to steermoe's Step (the engine's
+C++ routing step, schedule::OffloadStep) and returns the policy's selected experts and execution
+weights; attention, experts and everything else are transformers' own.
 
-Order (as the engine's prefill): for MoE layer m and each token in order: begin_token(token),
-prefetch(m, pregate) when the policy prefetches (m >= 1; pregate = layer m's router applied to
-the MoE input of layer m - 1, computed when layer m - 1 runs), select(m, z). One Router per batch
-row with one logical cache per layer (per_layer=True), so rows are independent requests.
+Order: transformers owns the layer loop (each MoE block runs for every position before the next),
+so each gate call is one layer of the step's layer-major schedule, Step.route_layer(m, tokens, z,
+pregate), the same schedule the engine's batched prefill runs (pregate = layer m's router applied
+to the MoE input of layer m - 1, computed when layer m - 1 runs; given when the step prefetches).
+One Step per batch row, so rows are independent requests.
 A forward without a KV cache (or with an empty one) starts new requests: every row's caches go
 back to their warm sets. Padding positions (attention_mask == 0) use the model's exact top-k and
 do not touch the row's caches. Execution weights come from the policy (the model's own rule,
@@ -27,7 +28,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import Router, RouterSpec, load_calibration, parse_policy, uninformed_calibration
+from . import RouterSpec, Step, load_calibration, uninformed_calibration
 
 _FAMILIES = {"olmoe": "softmax", "qwen3_moe": "softmax", "deepseek_v3": "sigmoid"}
 
@@ -80,8 +81,9 @@ class PolicyHarness:
             self.calibration = calibration
         self.policy = policy
         self.cache_slots = cache_slots
-        p = parse_policy(policy)
-        self.prefetches = p["n"] > 0 or p["kind"] == "spec"
+        # Checks the policy and the cache now (errors before any forward) and asks the step
+        # whether it runs part 1, rather than re-deriving that rule here.
+        self.prefetches = Step(self.spec, policy, self.calibration, cache_slots).prefetches
         self.sigmoid = self.spec.mode == "sigmoid"
         self.record = record
         self.routers = []
@@ -120,8 +122,8 @@ class PolicyHarness:
     def new_requests(self, batch_size):
         """Every row starts a new request (warm caches); called automatically for a forward
         without a KV cache or with an empty one."""
-        self.routers = [Router(self.spec, self.policy, self.calibration, self.cache_slots,
-                               per_layer=True) for _ in range(batch_size)]
+        self.routers = [Step(self.spec, self.policy, self.calibration, self.cache_slots)
+                        for _ in range(batch_size)]
         for r in self.routers:
             r.reset()
         self.records = [[[] for _ in self.blocks] for _ in range(batch_size)]
@@ -188,19 +190,21 @@ class PolicyHarness:
                 exact_w = ew.detach().to("cpu", torch.float32).numpy().reshape(B, S, K)
                 exact_idx = ei.detach().to("cpu").numpy().reshape(B, S, K)
             for b in range(B):
-                router = self.routers[b]
-                for s in range(S):
-                    if not self._mask[b, s]:
-                        idx[b, s], wts[b, s] = exact_idx[b, s], exact_w[b, s]
-                        continue
-                    router.begin_token(int(self._tokens[b, s]), m)
-                    if self.prefetches and m >= 1:
-                        router.prefetch(m, pre[b, s])
-                    sel, w, _ = router.select(m, zn[b, s], None if wn is None else wn[b, s])
-                    idx[b, s] = sel
-                    wts[b, s] = w
-                    if self.record:
-                        self.records[b][m].append((sel, zn[b, s].copy()))
+                mask = self._mask[b]
+                if not mask.all():
+                    idx[b, ~mask], wts[b, ~mask] = exact_idx[b, ~mask], exact_w[b, ~mask]
+                if not mask.any():
+                    continue
+                pos = np.nonzero(mask)[0]
+                sel, w = self.routers[b].route_layer(
+                    m, self._tokens[b, pos], zn[b, pos],
+                    pre[b, pos] if self.prefetches and m >= 1 else None,
+                    None if wn is None else wn[b, pos])
+                idx[b, pos] = sel
+                wts[b, pos] = w
+                if self.record:
+                    for i, s in enumerate(pos):
+                        self.records[b][m].append((sel[i], zn[b, s].copy()))
             device = hidden_states.device
             top_k_index = torch.from_numpy(idx.reshape(B * S, K)).to(device)
             top_k_weights = torch.from_numpy(wts.reshape(B * S, K)).to(device, logits.dtype)

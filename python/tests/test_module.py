@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """The steermoe Python module against `steermoe replay` on the shipped trace
 (data/traces/synth-olmoe): every decision (S, prefetch, demand, evicted, resident) identical for
-several policies and cache sizes, token-major and per-layer (layer-major) drive orders, totals
-equal to replay's summary, trace write/read round trip, clear errors.
+several policies and cache sizes, the step's token-major (run_token) and layer-major
+(route_layer) schedules, totals equal to replay's summary, trace write/read round trip, clear
+errors.
 
     test_module.py BUILD/python BUILD/steermoe      (CTest passes both)
 """
@@ -49,22 +50,20 @@ def as_pairs(a):
 
 def layer_major(trace, calib, policy, cache):
     """The same policy driven layer by layer (every token of layer l before layer l + 1), one
-    router per layer as the engine's prefill and the HF harness do."""
+    Step.route_layer call per (layer, sequence), as the engine's prefill and the HF harness do."""
     spec = trace.router_spec()
-    router = steermoe.Router(spec, policy, calib, cache, per_layer=True)
-    starts = set(int(s) for s in trace.sequence_starts)
+    step = steermoe.Step(spec, policy, calib, cache)
+    starts = [int(s) for s in trace.sequence_starts] + [trace.steps]
     out = {}
     for layer in range(spec.layers):
-        for t in range(trace.steps):
-            if t in starts:
-                # Resets every layer's router: those before `layer` are done, those after it
-                # have not started, so only this layer's state is affected.
-                router.reset()
-            router.begin_token(int(trace.tokens[t]), layer)
-            if layer >= 1:
-                router.prefetch(layer, trace.pregate[t, layer])
-            sel, _, _ = router.select(layer, trace.scores[t, layer])
-            out[(t, layer)] = [int(x) for x in sel]
+        for a, b in zip(starts[:-1], starts[1:]):
+            # Resets every layer: those before `layer` are done, those after it have not
+            # started, so only this layer's state is affected.
+            step.reset()
+            sel, _ = step.route_layer(layer, trace.tokens[a:b], trace.scores[a:b, layer],
+                                      trace.pregate[a:b, layer] if layer >= 1 else None)
+            for t in range(a, b):
+                out[(t, layer)] = [int(x) for x in sel[t - a]]
     return out
 
 
@@ -85,17 +84,18 @@ def main():
                   and [int(x) for x in res] == w["resident"])
             bad += not ok
         check(bad == 0, f"{policy} C={cache}: {bad} of {len(want)} decisions differ from replay")
-        # Totals through Router.stats() on a token-major run.
-        router = steermoe.Router(trace.router_spec(), policy, calib, cache)
+        # Totals through Step.stats() on a token-major run.
+        router = steermoe.Step(trace.router_spec(), policy, calib, cache)
         starts = set(int(s) for s in trace.sequence_starts)
+        want_s = {(w["t"], w["l"]): w["S"] for w in want}
+        tm_diff = 0
         for t in range(trace.steps):
             if t in starts:
                 router.reset()
-            router.begin_token(int(trace.tokens[t]))
-            for layer in range(16):
-                router.select(layer, trace.scores[t, layer])
-                if layer < 15:
-                    router.prefetch(layer + 1, trace.pregate[t, layer + 1])
+            sel = router.run_token(int(trace.tokens[t]), trace.scores[t], trace.pregate[t])
+            check(sel.shape == (16, 8), f"run_token shape {sel.shape}")
+            tm_diff += sum([int(x) for x in sel[layer]] != want_s[(t, layer)] for layer in range(16))
+        check(tm_diff == 0, f"{policy}: token-major run_token differs in {tm_diff} decisions")
         st = router.stats()
         tot = summary["totals"]
         check((st["demand"], st["prefetch"], st["replaced"]) ==
@@ -103,7 +103,7 @@ def main():
               f"{policy}: stats {st['demand'], st['prefetch'], st['replaced']} vs replay {tot}")
         check(st["tokens"] == 128, "stats tokens")
         check(router.policy == summary["policy"], f"canonical {router.policy} vs {summary['policy']}")
-        # Layer-major with one router per layer: the same selections.
+        # Layer-major: the same selections.
         lm = layer_major(trace, calib, policy, cache)
         diff = sum(lm[(w["t"], w["l"])] != w["S"] for w in want)
         check(diff == 0, f"{policy}: layer-major drive differs in {diff} decisions")
@@ -130,15 +130,19 @@ def main():
     for bad_policy, needle in [("psr:lambda=0.3,bogus=1", "bogus"), ("nonesuch", "nonesuch"),
                                ("psr", "lambda")]:
         try:
-            steermoe.Router(trace.router_spec(), bad_policy, calib, 32)
+            steermoe.Step(trace.router_spec(), bad_policy, calib, 32)
             check(False, f"{bad_policy} accepted")
         except steermoe.Error as e:
             check(needle in str(e), f"{bad_policy}: message {e}")
-    router = steermoe.Router(trace.router_spec(), "psr:lambda=0.3", calib, 32)
-    for call, needle in [(lambda: router.select(0, np.zeros(10, np.float32)), "64"),
-                         (lambda: router.select(99, np.zeros(64, np.float32)), "layer"),
-                         (lambda: router.prefetch(0, np.zeros(64, np.float32)), ">= 1"),
-                         (lambda: steermoe.Router(trace.router_spec(), "psr:lambda=0.3", calib, 4),
+    router = steermoe.Step(trace.router_spec(), "psr:lambda=0.3", calib, 32)
+    one = np.array([1])
+    for call, needle in [(lambda: router.route_layer(0, one, np.zeros((1, 10), np.float32)), "64"),
+                         (lambda: router.route_layer(99, one, np.zeros((1, 64), np.float32)),
+                          "layer"),
+                         (lambda: router.route_layer(0, one, np.zeros((1, 64), np.float32),
+                                                     np.zeros((1, 64), np.float32)), ">= 1"),
+                         (lambda: router.run_token(1, np.zeros((3, 64), np.float32)), "16"),
+                         (lambda: steermoe.Step(trace.router_spec(), "psr:lambda=0.3", calib, 4),
                           "")]:
         try:
             call()

@@ -26,15 +26,14 @@ tokenizer::Tokenizer load_tokenizer_for(const std::string& model_path, const mod
 policy::Calibration load_calibration_for(const std::string& path, int layers, int experts,
                                          int top_k, int vocab, const std::string& against) {
   policy::Calibration cal = trace::read_calibration(path);
-  if (cal.layers != layers || cal.experts != experts || cal.top_k != top_k) {
-    fail(path, "shape",
-         "expected a calibration of {} MoE layers x {} experts, top-{} ({}), found {} x {}, "
-         "top-{}",
-         layers, experts, top_k, against, cal.layers, cal.experts, cal.top_k);
-  }
+  policy::RouterSpec shape;
+  shape.layers = layers;
+  shape.experts = experts;
+  shape.top_k = top_k;
+  policy::check_calibration_shape(cal, shape, path, "shape", against);
   if (vocab > 0 && cal.prior.vocab > vocab) {
-    fail(path, "token prior vocab",
-         "expected at most {} tokens ({}), found {}", vocab, against, cal.prior.vocab);
+    fail(path, "token prior vocab", "expected at most {} tokens ({}), found {}", vocab, against,
+         cal.prior.vocab);
   }
   return cal;
 }

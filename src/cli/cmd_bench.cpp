@@ -15,13 +15,13 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
-#include "common/output_file.hpp"
 #include "common/input_file.hpp"
+#include "common/output_file.hpp"
 #include "eval/bench.hpp"
 #include "eval/scores_from.hpp"
+#include "tokenizer/tokenizer.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/trace.hpp"
-#include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
 
@@ -33,11 +33,11 @@ std::string read_text(const std::string& path) {
 
 // Consecutive, non-overlapping windows of `len` tokens from the start of `ids` (at most
 // `count`).
-std::vector<std::vector<int32_t>> text_windows(const std::vector<int32_t>& ids, int count,
-                                               int len, const std::string& file) {
+std::vector<std::vector<int32_t>> text_windows(const std::vector<int32_t>& ids, int count, int len,
+                                               const std::string& file) {
   std::vector<std::vector<int32_t>> out;
-  for (size_t begin = 0; begin + static_cast<size_t>(len) <= ids.size() &&
-                         static_cast<int>(out.size()) < count;
+  for (size_t begin = 0;
+       begin + static_cast<size_t>(len) <= ids.size() && static_cast<int>(out.size()) < count;
        begin += static_cast<size_t>(len)) {
     out.emplace_back(ids.begin() + static_cast<ptrdiff_t>(begin),
                      ids.begin() + static_cast<ptrdiff_t>(begin + static_cast<size_t>(len)));
@@ -103,7 +103,8 @@ void add_bench_command(CLI::App& root) {
     if (o->generate > 0 && o->prompts.empty())
       fail("bench", "--prompts", "expected a prompts file with --generate");
     if (o->generate == 0 && o->file.empty() && o->scores_from.empty())
-      fail("bench", "-f", "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
+      fail("bench", "-f",
+           "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "bench");
     const model::ModelConfig& cfg = model->config();
@@ -113,7 +114,8 @@ void add_bench_command(CLI::App& root) {
     std::optional<trace::Trace> score_trace;
     std::unique_ptr<eval::TraceScores> supplied;
     if (!o->scores_from.empty()) {
-      if (o->generate > 0) fail("bench", "--scores-from", "expected teacher forcing, not --generate");
+      if (o->generate > 0)
+        fail("bench", "--scores-from", "expected teacher forcing, not --generate");
       score_trace.emplace(trace::Trace::open(o->scores_from));
       if (score_trace->experts() != cfg.experts || score_trace->meta().top_k != cfg.top_k)
         fail(o->scores_from, "experts/top_k",
@@ -139,20 +141,23 @@ void add_bench_command(CLI::App& root) {
       const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
       sequences = text_windows(ids, o->windows, o->window_len, o->file);
     }
-    const int cache = resolve_cache(o->engine, cfg);
-    const std::string calib_path =
-        supplied ? o->engine.calib : calibration_path(o->engine, o->model);
-    std::optional<policy::Calibration> calibration;
-    if (supplied && !calib_path.empty()) {
-      // The trace model's calibration, its layers mapped like the trace's.
-      calibration = eval::map_calibration_layers(trace::read_calibration(calib_path),
-                                                 cfg.moe_layer_count());
-    } else {
-      calibration = load_calibration(calib_path, cfg);
+    schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
+    if (supplied) {
+      // The trace model's calibration (--calib only), its layers mapped like the trace's.
+      request.calibration.reset();
+      request.calibration_source = o->engine.calib;
+      if (!o->engine.calib.empty())
+        request.calibration =
+            std::make_shared<const policy::Calibration>(eval::map_calibration_layers(
+                trace::read_calibration(o->engine.calib), cfg.moe_layer_count()));
     }
+    const std::string& calib_path = request.calibration_source;
+    // Every configuration resolved (and so checked) before the first one runs.
     std::vector<eval::BenchConfig> configs;
+    std::vector<schedule::OffloadConfig> offloads;
     for (const std::string& p : o->policies) {
-      require_calibration(p, cache, cfg, calibration.has_value(), o->model);
+      offloads.push_back(resolve_policy(request, p, *model));
+      const int cache = offloads.back().cache_slots;
       configs.push_back({.name = fmt::format("{}@{} {}", p, cache, o->engine.link),
                          .policy = p,
                          .cache = cache,
@@ -166,13 +171,14 @@ void add_bench_command(CLI::App& root) {
                          .residency = 1.0,
                          .link = "resident",
                          .resident = true});
+      schedule::OffloadRequest floor = request;
+      floor.cache = cfg.experts;
+      floor.residency = 0;
+      floor.link = "resident";
+      offloads.push_back(resolve_policy(floor, "exact:evict=lru", *model));
     }
-    const auto make = [&](const eval::BenchConfig& c) {
-      EngineOptions e = o->engine;
-      e.link = c.link;
-      engine::EngineParams p = engine_params(e, c.policy, c.cache,
-                                             calibration ? &*calibration : nullptr, o->threads,
-                                             context);
+    const auto make = [&](size_t index) {
+      engine::EngineParams p = engine_params(o->engine, offloads.at(index), o->threads, context);
       p.score_source = supplied.get();
       return std::make_unique<engine::Engine>(*model, p);
     };
@@ -192,17 +198,14 @@ void add_bench_command(CLI::App& root) {
                         progress);
     std::printf("%s", eval::bench_table(results).c_str());
     if (!o->json.empty()) {
-      const nlohmann::json header{{"model", o->model},
-                                  {"file", o->generate > 0 ? o->prompts : o->file},
-                                  {"rounds", o->rounds},
-                                  {"windows", sequences.size()},
-                                  {"window_len", o->window_len},
-                                  {"generate", o->generate},
-                                  {"threads", o->threads},
-                                  {"max_inflight", o->engine.max_inflight},
-                                  {"calibration", calib_path},
-                                  {"scores_from", o->scores_from}};
-      write_file_atomic(o->json, eval::bench_json(results, header).dump(1) + "\n");  // complete or absent
+      const nlohmann::json header{
+          {"model", o->model},           {"file", o->generate > 0 ? o->prompts : o->file},
+          {"rounds", o->rounds},         {"windows", sequences.size()},
+          {"window_len", o->window_len}, {"generate", o->generate},
+          {"threads", o->threads},       {"max_inflight", o->engine.max_inflight},
+          {"calibration", calib_path},   {"scores_from", o->scores_from}};
+      write_file_atomic(o->json,
+                        eval::bench_json(results, header).dump(1) + "\n");  // complete or absent
     }
   });
 }

@@ -13,8 +13,8 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
-#include "common/output_file.hpp"
 #include "common/input_file.hpp"
+#include "common/output_file.hpp"
 #include "eval/kl.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -55,21 +55,22 @@ void add_kl_command(CLI::App& root) {
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> ids =
         tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});
-    const int cache = resolve_cache(o->engine, cfg);
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration = load_calibration(calib_path, cfg);
-    const policy::Calibration* calib = calibration ? &*calibration : nullptr;
     // Output never depends on the link, so every configuration runs with experts resident.
-    EngineOptions resident = o->engine;
-    resident.link = "resident";
-    engine::Engine exact(*model, engine_params(resident, "exact:evict=lru", cfg.experts, calib,
-                                               o->threads, o->window_len));
+    schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
+    request.link = "resident";
+    const std::string& calib_path = request.calibration_source;
+    schedule::OffloadRequest exact_request = request;
+    exact_request.cache = cfg.experts;
+    exact_request.residency = 0;
+    engine::Engine exact(
+        *model, engine_params(o->engine, resolve_policy(exact_request, "exact:evict=lru", *model),
+                              o->threads, o->window_len));
     std::vector<std::unique_ptr<engine::Engine>> engines;
     std::vector<engine::Engine*> pointers;
     for (const std::string& p : o->policies) {
-      require_calibration(p, cache, cfg, calib != nullptr, o->model);
       engines.push_back(std::make_unique<engine::Engine>(
-          *model, engine_params(resident, p, cache, calib, o->threads, o->window_len)));
+          *model,
+          engine_params(o->engine, resolve_policy(request, p, *model), o->threads, o->window_len)));
       pointers.push_back(engines.back().get());
     }
     const auto progress = [](int64_t done, int64_t total) {
@@ -77,9 +78,9 @@ void add_kl_command(CLI::App& root) {
         std::fprintf(stderr, "kl: %lld/%lld windows\n", static_cast<long long>(done),
                      static_cast<long long>(total));
     };
-    const std::vector<eval::KlRow> rows = eval::kl_divergence(
-        exact, pointers, cfg.vocab, ids,
-        {.window = o->window_len, .max_windows = o->max_windows}, progress);
+    const std::vector<eval::KlRow> rows =
+        eval::kl_divergence(exact, pointers, cfg.vocab, ids,
+                            {.window = o->window_len, .max_windows = o->max_windows}, progress);
     std::printf("%s", eval::kl_table(rows).c_str());
     if (!o->json.empty()) {
       nlohmann::json doc = eval::kl_json(rows);

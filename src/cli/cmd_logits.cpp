@@ -8,9 +8,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "common/error.hpp"
 #include "common/memory_limit.hpp"
 #include "common/output_file.hpp"
-#include "common/error.hpp"
 #include "engine/engine.hpp"
 
 namespace steermoe::cli {
@@ -63,17 +63,12 @@ void add_logits_command(CLI::App& root) {
     const std::vector<int32_t> ids = parse_token_list(o->tokens);
     auto model = model::Model::load(o->model);
     const auto V = static_cast<size_t>(model->config().vocab);
-    const int cache = resolve_cache(o->engine, model->config());
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration =
-        load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
-    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
-                                                calibration ? &*calibration : nullptr, o->threads,
+    const schedule::OffloadConfig offload =
+        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    engine::Engine engine(*model, engine_params(o->engine, offload, o->threads,
                                                 std::max<int>(static_cast<int>(ids.size()), 1)));
     check_allocation("logits", "--tokens", saturating_mul(ids.size(), V * sizeof(float)),
-                     fmt::format("the logits of {} tokens", ids.size()),
-                     "expected fewer tokens");
+                     fmt::format("the logits of {} tokens", ids.size()), "expected fewer tokens");
     std::vector<float> logits(ids.size() * V);
     if (o->batched) {
       engine.prefill(ids, logits);

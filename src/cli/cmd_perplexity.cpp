@@ -64,11 +64,9 @@ void add_perplexity_command(CLI::App& root) {
   cmd->add_option("--scores-task", o->scores_task, "Task name written in the --scores lines");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
-    const int cache = resolve_cache(o->engine, model->config());
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration =
-        load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    const schedule::OffloadConfig offload =
+        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    const int cache = offload.cache_slots;
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
     const int bos = o->bos ? tok.bos().value_or(-1) : -1;
@@ -83,9 +81,7 @@ void add_perplexity_command(CLI::App& root) {
                                     static_cast<uint64_t>(model->config().vocab) * 4),
                      fmt::format("the logits of a window of {} tokens", used_window),
                      "expected a window whose logits fit in memory (lower --window)");
-    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
-                                                calibration ? &*calibration : nullptr, o->threads,
-                                                used_window));
+    engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, used_window));
     const eval::PerplexityResult r =
         eval::perplexity(engine, model->config().vocab, ids,
                          {.window = o->window, .max_windows = o->max_windows, .bos = bos});
@@ -102,7 +98,9 @@ void add_perplexity_command(CLI::App& root) {
     if (!o->scores.empty()) {
       std::string lines;
       for (const eval::WindowNll& w : r.windows)
-        lines += nlohmann::json{{"task", o->scores_task}, {"id", w.begin}, {"score", w.nll}}.dump() + "\n";
+        lines +=
+            nlohmann::json{{"task", o->scores_task}, {"id", w.begin}, {"score", w.nll}}.dump() +
+            "\n";
       write_file_atomic(o->scores, lines);  // complete or absent
     }
     nlohmann::json out{{"model", o->model},
@@ -113,7 +111,7 @@ void add_perplexity_command(CLI::App& root) {
                        {"policy", o->engine.policy},
                        {"cache", cache},
                        {"link", o->engine.link},
-                       {"calibration", calib_path},
+                       {"calibration", offload.calibration_source},
                        {"windows", per_window.size()},
                        {"scored_tokens", scored},
                        {"nll", mean},

@@ -14,7 +14,6 @@
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 #include "tokenizer/tokenizer.hpp"
-#include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
 
@@ -52,19 +51,14 @@ void add_run_command(CLI::App& root) {
   cmd->final_callback([o] {
     using Clock = std::chrono::steady_clock;
     auto model = model::Model::load(o->model);
-    const int cache = resolve_cache(o->engine, model->config());
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration =
-        load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    const schedule::OffloadConfig offload =
+        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())
       fail(o->model, "prompt", "expected at least one token, the prompt encodes to none");
-    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
-                                                calibration ? &*calibration : nullptr, o->threads,
-                                                o->context));
+    engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, o->context));
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {
       fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",
            prompt.size(), o->n_predict, engine.context());
@@ -77,7 +71,7 @@ void add_run_command(CLI::App& root) {
     std::span<const float> logits = engine.prefill(prompt);
     const auto t1 = Clock::now();
     // Decode figures only: the prompt's copies stay out of them.
-    if (schedule::TransferScheduler* sched = engine.offload().scheduler()) sched->reset_totals();
+    const engine::CacheStats after_prompt = engine.cache_stats();
     const std::optional<int32_t> eos = tok.eos();
     int generated = 0;
     for (; generated < o->n_predict; ++generated) {
@@ -103,21 +97,19 @@ void add_run_command(CLI::App& root) {
       std::fprintf(stderr, "experts: none (dense model)\n");
     } else {
       std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
-                   engine.experts().describe().c_str(), engine.policy().to_string().c_str(),
+                   engine.expert_cache().describe().c_str(), engine.policy().to_string().c_str(),
                    engine.cache_slots(), model->config().experts);
     }
-    if (const schedule::TransferScheduler* sched = engine.offload().scheduler();
-        sched != nullptr && sched->totals().tokens > 0) {
-      const schedule::RunTotals& t = sched->totals();
+    if (const engine::CacheStats t = engine.cache_stats() - after_prompt; t.tokens > 0) {
       const double n = static_cast<double>(t.tokens);
       std::fprintf(stderr,
                    "copies/token: %.2f demand + %.2f prefetch (in time %.2f, late %.2f, unused "
                    "%.2f); stall %.2f ms/token, host %.3f ms/token\n",
-                   t.demand / n, t.prefetch_enqueued / n, t.prefetch_in_time / n,
-                   t.prefetch_late / n, t.prefetch_unused / n, t.stall * 1e3 / n, t.host * 1e3 / n);
-      if (engine.experts().kind() == engine::LinkKind::kSim) {
+                   t.demand / n, t.prefetch / n, t.prefetch_in_time / n, t.prefetch_late / n,
+                   t.prefetch_unused / n, t.stall_s * 1e3 / n, t.host_s * 1e3 / n);
+      if (engine.expert_cache().kind() == engine::LinkKind::kSim) {
         std::fprintf(stderr, "simulated: %.3f ms/token on the profile's clock\n",
-                     t.latency * 1e3 / n);
+                     t.latency_s * 1e3 / n);
       }
     }
   });

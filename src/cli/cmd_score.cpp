@@ -47,15 +47,10 @@ void add_score_command(CLI::App& root) {
   add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
-    const int cache = resolve_cache(o->engine, model->config());
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration =
-        load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    const schedule::OffloadConfig offload =
+        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
-    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
-                                                calibration ? &*calibration : nullptr, o->threads,
-                                                o->context));
+    engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, o->context));
     std::ifstream in(o->requests);
     if (!in) fail(o->requests, "open", "expected a readable JSON-lines file");
     const auto V = static_cast<size_t>(model->config().vocab);

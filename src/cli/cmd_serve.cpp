@@ -81,15 +81,10 @@ void add_serve_command(CLI::App& root) {
   cmd->final_callback([o] {
     server::ServerOptions& so = o->server;
     auto model = model::Model::load(o->model);
-    const int cache = resolve_cache(o->engine, model->config());
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration =
-        load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(),
-                        o->model);
+    const schedule::OffloadConfig offload =
+        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
     // Per-request policies use the same calibration (the model's calib.smcal by default).
-    so.worker.engine = engine_params(o->engine, o->engine.policy, cache,
-                                     calibration ? &*calibration : nullptr, o->threads, o->context);
+    so.worker.engine = engine_params(o->engine, offload, o->threads, o->context);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     so.write_timeout_s = so.read_timeout_s;
     so.max_body_bytes = o->max_body_mb << 20;
@@ -103,8 +98,8 @@ void add_serve_command(CLI::App& root) {
     server::HttpServer srv(*model, tok, so);
     const int port = srv.bind();
     std::fprintf(stderr, "steermoe serve: http://%s:%d (model %s, policy %s, cache %d)\n",
-                 so.host.c_str(), port, so.model_name.c_str(), so.worker.engine.policy.c_str(),
-                 so.worker.engine.cache_slots);
+                 so.host.c_str(), port, so.model_name.c_str(), offload.policy_text().c_str(),
+                 offload.cache_slots);
     std::fprintf(stdout, "listening on port %d\n", port);
     std::fflush(stdout);
     std::signal(SIGINT, on_signal);

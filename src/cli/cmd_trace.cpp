@@ -12,10 +12,10 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/memory_limit.hpp"
 #include "common/progress.hpp"
-#include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "trace/calibration_file.hpp"
@@ -58,22 +58,19 @@ void add_trace_command(CLI::App& root) {
     }
     if (ids.empty()) fail(o->file, "text", "expected at least one token");
     const model::ModelConfig& cfg = model->config();
-    const int cache = resolve_cache(o->engine, model->config());
-    const std::string calib_path = calibration_path(o->engine, o->model);
-    const std::optional<policy::Calibration> calibration =
-        load_calibration(calib_path, model->config());
-    require_calibration(o->engine.policy, cache, model->config(), calibration.has_value(), o->model);
+    const schedule::OffloadConfig offload =
+        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    const int cache = offload.cache_slots;
     // Memory scales with the window actually used (at most the text), checked before use.
-    const int window = static_cast<int>(std::min<size_t>(static_cast<size_t>(o->window), ids.size()));
+    const int window =
+        static_cast<int>(std::min<size_t>(static_cast<size_t>(o->window), ids.size()));
     check_allocation("trace", "--window",
                      saturating_mul(static_cast<uint64_t>(window),
                                     static_cast<uint64_t>(cfg.moe_layer_count()) *
                                         static_cast<uint64_t>(cfg.experts) * 4 * 3),
                      fmt::format("the router records of a window of {} tokens", window),
                      "expected a window whose records fit in memory (lower --window)");
-    engine::Engine engine(*model, engine_params(o->engine, o->engine.policy, cache,
-                                                calibration ? &*calibration : nullptr, o->threads,
-                                                window));
+    engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, window));
     const policy::RouterSpec spec = engine.router_spec();
     trace::TraceMeta meta;
     meta.layers = spec.layers;
@@ -92,7 +89,7 @@ void add_trace_command(CLI::App& root) {
     meta.vocab = cfg.vocab;
     // A trace recorded under exact routing carries no policy (any exact policy replays it
     // closed loop); any other policy and its cache size are recorded for closed-loop checks.
-    if (policy::parse_policy(o->engine.policy).kind != policy::PolicyKind::kExact) {
+    if (offload.policy.kind != policy::PolicyKind::kExact) {
       meta.policy = o->engine.policy;
       meta.cache_slots = cache;
     }

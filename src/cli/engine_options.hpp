@@ -9,7 +9,7 @@
 
 #include "engine/engine.hpp"
 #include "model/weights.hpp"
-#include "policy/calibration.hpp"
+#include "schedule/offload_config.hpp"
 
 namespace steermoe::cli {
 
@@ -28,32 +28,29 @@ struct EngineOptions {
 // --residency, --link, --max-inflight, --calib, --verify and --backend to `cmd`.
 void add_engine_options(CLI::App* cmd, EngineOptions& options, bool with_policy = true);
 
-// The cache size the options ask for on this model (C): --cache, or round(--residency * E)
-// clamped to [K, E], or E.
-int resolve_cache(const EngineOptions& options, const model::ModelConfig& config);
-
-// The calibration file to use: --calib, else the model's default (MODEL_DIR/calib.smcal for an
-// HF folder, FILE.smcal beside a .gguf) when it exists; empty when none.
+// The calibration file the options name: --calib, else the model's default (MODEL_DIR/calib.smcal
+// for an HF folder, FILE.smcal beside a .gguf) when it exists; empty when none.
 std::string calibration_path(const EngineOptions& options, const std::string& model_path);
 
-// Loads the calibration (if any path) and checks its shape against the model, naming the file.
-std::optional<policy::Calibration> load_calibration(const std::string& path,
-                                                    const model::ModelConfig& config);
+// The offload request the options make for a loaded model: their policy, cache or residency,
+// link, max_inflight, verify, and the calibration (calibration_path, read; none for a dense model,
+// with a note when one was named).
+schedule::OffloadRequest offload_request(const EngineOptions& options, const model::Model& model,
+                                         const std::string& model_path);
 
-// Throws a clear error when `policy` at cache size `cache` needs a calibration (warm set, score
-// range, token prior) and none was found.
-void require_calibration(const std::string& policy, int cache, const model::ModelConfig& config,
-                         bool have_calibration, const std::string& model_path);
+// `request` with `policy` resolved for the model (engine::resolve_offload); warns once about the
+// timing-dependent physical: mode.
+schedule::OffloadConfig resolve_policy(const schedule::OffloadRequest& request,
+                                       const std::string& policy, const model::Model& model);
 
 // The compute backend --backend names: "cpu" or "cuda". auto gives cuda when this binary was
 // built with CUDA and a device is present, cpu otherwise; cuda when unavailable is an error
 // that says why.
 std::string resolve_backend(const std::string& backend);
 
-// EngineParams for one configuration (policy string given separately for multi-policy
-// commands). `calibration` must outlive the engine.
-engine::EngineParams engine_params(const EngineOptions& options, const std::string& policy,
-                                   int cache, const policy::Calibration* calibration, int threads,
+// EngineParams for one resolved configuration.
+engine::EngineParams engine_params(const EngineOptions& options,
+                                   const schedule::OffloadConfig& offload, int threads,
                                    int context);
 
 }  // namespace steermoe::cli

@@ -1,8 +1,8 @@
-// The inference engine: one backend-neutral loop over the model's layers that calls a compute
-// backend at block level (engine/backend.hpp; the CPU backend is engine/cpu/), reads experts
-// through an expert store (engine/expert_store.hpp), and routes every MoE layer through the one
-// owner of the per-token call order, schedule::OffloadStep (policy part 2 of layer l, part 1 of
-// layer l+1, the scheduler, the wait).
+// The inference engine: a compute backend (engine/backend.hpp; the CPU backend is engine/cpu/)
+// driven by the one owner of the call order, schedule::OffloadStep, inside the expert cache
+// (engine/expert_cache.hpp): the engine is the step's driver (the attention and router scores of
+// each MoE layer, the MoE on the step's decision, the head), the cache decides routing, copies
+// and waits.
 //
 // Entry point: Engine. One Engine = one sequence at a time (reset() starts a new one). The
 // decode path (decode()) allocates nothing: every buffer is sized at construction.
@@ -15,31 +15,24 @@
 #include <vector>
 
 #include "engine/backend.hpp"
-#include "engine/expert_store.hpp"
-#include "engine/offload.hpp"
+#include "engine/cache_stats.hpp"
+#include "engine/expert_cache.hpp"
+#include "engine/model_facts.hpp"
 #include "engine/score_source.hpp"
 #include "model/weights.hpp"
-#include "policy/calibration.hpp"
 #include "policy/config.hpp"
+#include "schedule/offload_config.hpp"
 #include "schedule/offload_step.hpp"
 
 namespace steermoe::engine {
 
-// The router facts of a model, for the policy library.
-policy::RouterSpec router_spec(const model::ModelConfig& config);
-
 struct EngineParams {
-  int threads = 1;                         // kernel threads (the caller's thread counts)
-  int context = 0;                         // KV cache positions; 0 = min(trained context, 4096)
-  int max_batch = 64;                      // prompt tokens processed per batched step
-  std::string policy = "exact:evict=lru";  // routing policy string
-  int cache_slots = 0;                     // logical expert-cache slots per layer; 0 = all experts
-  const policy::Calibration* calibration = nullptr;  // optional (needed by cache-aware policies)
-  // Where experts live and how they move (engine/offload.hpp): resident | sim:PROFILE |
-  // emulated:GBPS[,LATENCY_US] | disk.
-  std::string link = "resident";
-  int max_inflight = 2;  // prefetch copies in flight at a layer boundary (>= 1)
-  bool verify = false;   // disk link: check every copied expert's checksum
+  int threads = 1;     // kernel threads (the caller's thread counts)
+  int context = 0;     // KV cache positions; 0 = min(trained context, 4096)
+  int max_batch = 64;  // prompt tokens processed per batched step
+  // Routing policy, cache size, link, max_inflight, calibration: resolved and validated by
+  // schedule::resolve_offload (the default: exact LRU routing, every expert resident).
+  schedule::OffloadConfig offload;
   // Benchmark hook: routing scores from outside (bench --scores-from); null = the model's own.
   ScoreSource* score_source = nullptr;
   double test_copy_delay_max_s = 0;  // test hook: random extra delay per emulated copy
@@ -49,6 +42,11 @@ struct EngineParams {
   std::string backend = "cpu";
   bool quiet = false;  // cuda: no device report on stderr
 };
+
+// The offload configuration of `model` for `request` (schedule::resolve_offload against the
+// model's facts).
+schedule::OffloadConfig resolve_offload(const model::Model& model,
+                                        const schedule::OffloadRequest& request);
 
 // Router scores and decisions of every processed token, in the trace format's terms
 // (docs/trace-format.md). Rows are [token][moe layer][expert] (scores) or [token][moe layer][k].
@@ -69,19 +67,10 @@ struct RoutingRecord {
   void clear();
 };
 
-// Counts of the policy's logical decisions (what `kl` and `bench` report without a link).
-struct RoutingCounters {
-  int64_t tokens = 0;       // tokens routed (every MoE layer counted once per token)
-  int64_t layer_steps = 0;  // (token, MoE layer) steps
-  int64_t replaced = 0;     // router top-K experts replaced by the policy (|S \ exact|)
-  int64_t demand = 0;       // logical demand insertions
-  int64_t prefetch = 0;     // logical prefetch insertions
-};
-
-class Engine {
+class Engine : private schedule::LayerDriver {
  public:
   Engine(const model::Model& model, const EngineParams& params);
-  ~Engine();
+  ~Engine() override;
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
@@ -91,15 +80,12 @@ class Engine {
   int threads() const { return backend_->threads(); }
   // The router facts of the model, for the policy library.
   const policy::RouterSpec& router_spec() const { return spec_; }
-  const policy::PolicyConfig& policy() const { return step_->config(); }
-  int cache_slots() const { return slots_; }
-  // The routing and scheduling step (decisions, scheduler accounting).
-  schedule::OffloadStep& offload() { return *step_; }
-  const schedule::OffloadStep& offload() const { return *step_; }
-  // The link, slots and expert store (engine/offload.hpp).
-  const Offload& experts() const { return *offload_; }
-  // Logical routing counters since construction (every token, prompt included).
-  const RoutingCounters& counters() const { return counters_; }
+  const policy::PolicyConfig& policy() const { return cache_->config().policy; }
+  int cache_slots() const { return cache_->cache_slots(); }
+  // Where experts live, how they move, and what routing and copying did.
+  const ExpertCache& expert_cache() const { return *cache_; }
+  // The expert cache's statistics since construction (every token, prompt included).
+  CacheStats cache_stats() const { return cache_->stats(); }
 
   // Starts a new sequence: empty KV cache, every layer's cache back to its warm set.
   void reset();
@@ -117,33 +103,38 @@ class Engine {
 
  private:
   void forward(std::span<const int32_t> tokens, std::span<float> all_logits);
-  void route_tokens(int layer, int moe_layer, std::span<const int32_t> tokens,
-                    const RouterScores& scores);
+  void run_dense_layers(int until);
   RouterScores supplied_scores(int moe_layer, bool want_pregate, int n);
-  void record_rows(int moe_layer, int t, const policy::Decision& d, const RouterScores& scores);
+  void record_rows(int moe_layer, int t, const policy::Decision& d, std::span<const float> pregate);
   void check_token(int32_t token) const;
+  // The step's driver (schedule::LayerDriver): this engine's backend computes each layer.
+  schedule::LayerScores scores(int moe_layer) override;
+  void routed(int moe_layer, int position, const policy::Decision& d,
+              std::span<const float> pregate) override;
+  void moe(int moe_layer) override;
+  void finish() override;
 
   const model::Model& model_;
   const model::ModelConfig& cfg_;
   EngineParams params_;
   policy::RouterSpec spec_;
-  policy::Calibration calibration_;  // the step holds a reference: must not move
-  int slots_ = 0;
   int context_ = 0;
   int pos_ = 0;
   std::unique_ptr<ComputeBackend> backend_;
-  std::unique_ptr<Offload> offload_;  // before step_: the scheduler uses its link
-  std::unique_ptr<schedule::OffloadStep> step_;
-  RoutingCounters counters_;
-  std::vector<int> moe_index_;       // [layers] -> MoE index or -1
-  std::vector<int> next_moe_layer_;  // [layers] -> the next MoE layer after l, or -1
-  std::vector<float> pre_cur_;       // [B][E] pre-gate scores of the current MoE layer
-  bool pre_cur_valid_ = false;       // pre_cur_ holds a pre-gate (else zeros)
-  std::vector<ExpertCall> calls_;    // [B][K] experts of the current MoE layer
+  std::unique_ptr<ExpertCache> cache_;
+  std::vector<int> moe_layers_;                   // [MoE layers] -> model layer
+  std::vector<int> next_moe_layer_;               // [layers] -> the next MoE layer after l, or -1
+  std::vector<ExpertCall> calls_;                 // [B][K] experts of the current MoE layer
   std::vector<float> supplied_z_, supplied_pre_;  // [B][E] rows from params_.score_source
   RoutingRecord* record_ = nullptr;
   size_t record_base_ = 0;  // first record row of the current forward()
   bool want_pregate_ = false;
+  // The current forward(): its size, the next model layer to run, the current MoE layer's
+  // scores, where the head writes.
+  int n_ = 0;
+  int next_layer_ = 0;
+  RouterScores current_;
+  std::span<float> all_logits_;
 };
 
 }  // namespace steermoe::engine

@@ -25,33 +25,13 @@ size_t argmax(std::span<const float> row) {
   return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-// Adds the decode figures of one sequence to `sum` (only the fields the report uses).
-void add_totals(schedule::RunTotals& sum, const schedule::RunTotals& t) {
-  sum.tokens += t.tokens;
-  sum.latency += t.latency;
-  sum.demand += t.demand;
-  sum.prefetch_enqueued += t.prefetch_enqueued;
-  sum.prefetch_in_time += t.prefetch_in_time;
-  sum.prefetch_late += t.prefetch_late;
-  sum.prefetch_unused += t.prefetch_unused;
-  sum.prefetch_dropped += t.prefetch_dropped;
-  sum.stall += t.stall;
-  sum.stall_on_demand += t.stall_on_demand;
-  sum.stall_on_prefetch += t.stall_on_prefetch;
-  sum.stall_on_other += t.stall_on_other;
-  sum.host += t.host;
-  sum.bytes += t.bytes;
-}
-
 BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> sequences,
                      const BenchOptions& options, int round) {
   using Clock = std::chrono::steady_clock;
   BenchRound r;
   r.round = round;
   std::vector<double> ms;
-  schedule::TransferScheduler* sched = e.offload().scheduler();
-  schedule::RunTotals sum;
-  int64_t logical_tokens = 0, logical_demand = 0, logical_prefetch = 0;
+  engine::CacheStats sum;  // decode figures of every sequence (the prompt's stay out)
   for (size_t index = 0; index < sequences.size(); ++index) {
     const std::vector<int32_t>& seq = sequences[index];
     if (options.before_sequence) options.before_sequence(index);
@@ -59,8 +39,7 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
     std::span<const float> logits;
     // With --generate the prompt is processed first, outside the figures.
     if (options.generate > 0) logits = e.prefill(seq);
-    if (sched != nullptr) sched->reset_totals();
-    const engine::RoutingCounters before = e.counters();
+    const engine::CacheStats before = e.cache_stats();
     if (options.generate > 0) {
       for (int i = 0; i < options.generate; ++i) {
         const auto next = static_cast<int32_t>(argmax(logits));
@@ -75,11 +54,7 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
         ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
     }
-    if (sched != nullptr) add_totals(sum, sched->totals());
-    const engine::RoutingCounters& now = e.counters();
-    logical_demand += now.demand - before.demand;
-    logical_prefetch += now.prefetch - before.prefetch;
-    logical_tokens += now.tokens - before.tokens;
+    sum += e.cache_stats() - before;
   }
   r.tokens = static_cast<int64_t>(ms.size());
   double total_ms = 0;
@@ -88,27 +63,26 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
   r.p50_ms = percentile(ms, 0.5);
   r.p99_ms = percentile(ms, 0.99);
   if (options.token_ms) r.token_ms = ms;
-  if (sched != nullptr) {
+  if (sum.physical) {
     const double st = std::max<double>(static_cast<double>(sum.tokens), 1.0);
     r.physical = true;
     r.demand = static_cast<double>(sum.demand) / st;
-    r.prefetch = static_cast<double>(sum.prefetch_enqueued) / st;
+    r.prefetch = static_cast<double>(sum.prefetch) / st;
     r.in_time = static_cast<double>(sum.prefetch_in_time) / st;
     r.late = static_cast<double>(sum.prefetch_late) / st;
     r.unused = static_cast<double>(sum.prefetch_unused) / st;
     r.dropped = static_cast<double>(sum.prefetch_dropped) / st;
-    r.stall_ms = sum.stall * 1e3 / st;
-    r.stall_demand_ms = sum.stall_on_demand * 1e3 / st;
-    r.stall_prefetch_ms = sum.stall_on_prefetch * 1e3 / st;
-    r.stall_other_ms = sum.stall_on_other * 1e3 / st;
-    r.host_ms = sum.host * 1e3 / st;
-    r.link_gb_per_s =
-        total_ms > 0 ? static_cast<double>(sum.bytes) / (total_ms * 1e-3) / 1e9 : 0.0;
-    if (e.experts().kind() == engine::LinkKind::kSim) r.sim_mean_ms = sum.latency * 1e3 / st;
+    r.stall_ms = sum.stall_s * 1e3 / st;
+    r.stall_demand_ms = sum.stall_demand_s * 1e3 / st;
+    r.stall_prefetch_ms = sum.stall_prefetch_s * 1e3 / st;
+    r.stall_other_ms = sum.stall_other_s * 1e3 / st;
+    r.host_ms = sum.host_s * 1e3 / st;
+    r.link_gb_per_s = total_ms > 0 ? static_cast<double>(sum.bytes) / (total_ms * 1e-3) / 1e9 : 0.0;
+    if (e.expert_cache().kind() == engine::LinkKind::kSim) r.sim_mean_ms = sum.latency_s * 1e3 / st;
   } else {
-    const double lt = std::max<double>(static_cast<double>(logical_tokens), 1.0);
-    r.demand = static_cast<double>(logical_demand) / lt;
-    r.prefetch = static_cast<double>(logical_prefetch) / lt;
+    const double lt = std::max<double>(static_cast<double>(sum.routed_tokens), 1.0);
+    r.demand = static_cast<double>(sum.logical_demand) / lt;
+    r.prefetch = static_cast<double>(sum.logical_prefetch) / lt;
   }
   return r;
 }
@@ -117,7 +91,7 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
 
 std::vector<BenchResult> run_bench(
     std::span<const BenchConfig> configs,
-    const std::function<std::unique_ptr<engine::Engine>(const BenchConfig&)>& make_engine,
+    const std::function<std::unique_ptr<engine::Engine>(size_t)>& make_engine,
     std::span<const std::vector<int32_t>> sequences, const BenchOptions& options,
     const std::function<void(int64_t, int64_t)>& progress) {
   if (configs.empty()) fail("bench", "--policy", "expected at least one configuration");
@@ -130,7 +104,7 @@ std::vector<BenchResult> run_bench(
   for (int round = 0; round < options.rounds; ++round) {
     for (int64_t i = 0; i < count; ++i) {
       const auto c = static_cast<size_t>((i + round) % count);
-      std::unique_ptr<engine::Engine> e = make_engine(configs[c]);
+      std::unique_ptr<engine::Engine> e = make_engine(c);
       results[c].rounds.push_back(run_round(*e, sequences, options, round));
       if (progress) progress(++done, count * options.rounds);
     }
@@ -153,7 +127,10 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
            {{"demand", r.demand}, {"prefetch", r.prefetch}, {"total", r.demand + r.prefetch}}},
           {"copies_source", r.physical ? "scheduler" : "logical"},
           {"prefetch_per_token",
-           {{"in_time", r.in_time}, {"late", r.late}, {"unused", r.unused}, {"dropped", r.dropped}}},
+           {{"in_time", r.in_time},
+            {"late", r.late},
+            {"unused", r.unused},
+            {"dropped", r.dropped}}},
           {"stall_ms_per_token",
            {{"total", r.stall_ms},
             {"demand", r.stall_demand_ms},
@@ -207,12 +184,14 @@ std::string bench_table(std::span<const BenchResult> results) {
       const RatioResult rr = latency_ratio(m, means(*base));
       speedup = fmt::format("{:.2f}x [{:.2f}, {:.2f}]", rr.ratio, rr.ci_low, rr.ci_high);
     } else if (base != nullptr && base != &b && !m.empty()) {
-      speedup = fmt::format("{:.2f}x", avg(*base, &BenchRound::mean_ms) / avg(b, &BenchRound::mean_ms));
+      speedup =
+          fmt::format("{:.2f}x", avg(*base, &BenchRound::mean_ms) / avg(b, &BenchRound::mean_ms));
     }
     const double host = avg(b, &BenchRound::host_ms);
     const double mean = avg(b, &BenchRound::mean_ms);
     out += fmt::format(
-        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, {:.2f}) | "
+        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, {:.2f}) "
+        "| "
         "{:.3f} | {:.4f} ({:.2f}%) |\n",
         b.config.name, mean, m.size() >= 2 ? mi.ci_low : mean, m.size() >= 2 ? mi.ci_high : mean,
         avg(b, &BenchRound::p50_ms), avg(b, &BenchRound::p99_ms), speedup,

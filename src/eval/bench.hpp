@@ -22,7 +22,7 @@ struct BenchConfig {
   std::string policy;  // policy string
   int cache = 0;       // C
   double residency = 0;
-  std::string link;    // --link value
+  std::string link;       // --link value
   bool resident = false;  // the all-experts-resident floor row
 };
 
@@ -54,12 +54,12 @@ struct BenchResult {
   std::vector<BenchRound> rounds;
 };
 
-// `make_engine(config)` builds a fresh engine for a configuration. `sequences`: the windows
+// `make_engine(i)` builds a fresh engine for configuration `configs[i]`. `sequences`: the windows
 // (teacher forced) or, with options.generate > 0, the prompts. `progress(done, total)` after
 // every (round, configuration).
 std::vector<BenchResult> run_bench(
     std::span<const BenchConfig> configs,
-    const std::function<std::unique_ptr<engine::Engine>(const BenchConfig&)>& make_engine,
+    const std::function<std::unique_ptr<engine::Engine>(size_t)>& make_engine,
     std::span<const std::vector<int32_t>> sequences, const BenchOptions& options,
     const std::function<void(int64_t, int64_t)>& progress = {});
 

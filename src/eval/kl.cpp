@@ -48,16 +48,17 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
   const auto V = static_cast<size_t>(vocab);
   const auto W = static_cast<size_t>(options.window);
   int64_t total_windows = static_cast<int64_t>((ids.size() - 1 + W - 1) / W);
-  if (options.max_windows > 0) total_windows = std::min<int64_t>(total_windows, options.max_windows);
+  if (options.max_windows > 0)
+    total_windows = std::min<int64_t>(total_windows, options.max_windows);
 
   struct Acc {
     std::vector<double> window_kl;
     double nll = 0;
     int64_t agree = 0;
-    engine::RoutingCounters start;
+    engine::CacheStats start;
   };
   std::vector<Acc> acc(configs.size());
-  for (size_t c = 0; c < configs.size(); ++c) acc[c].start = configs[c]->counters();
+  for (size_t c = 0; c < configs.size(); ++c) acc[c].start = configs[c]->cache_stats();
   std::vector<float> ref(W * V), got(W * V);
   double exact_nll = 0;
   int64_t scored = 0;
@@ -101,15 +102,13 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
     r.perplexity = std::exp(acc[c].nll / static_cast<double>(scored));
     r.exact_perplexity = std::exp(exact_nll / static_cast<double>(scored));
     r.top1_agreement = static_cast<double>(acc[c].agree) / static_cast<double>(scored);
-    const engine::RoutingCounters& now = e.counters();
-    const engine::RoutingCounters& s = acc[c].start;
-    const double routed = static_cast<double>(now.tokens - s.tokens);
-    const double picks = static_cast<double>(now.layer_steps - s.layer_steps) *
-                         static_cast<double>(e.router_spec().top_k);
-    r.replaced_fraction = picks > 0 ? static_cast<double>(now.replaced - s.replaced) / picks : 0;
-    r.demand_per_token = routed > 0 ? static_cast<double>(now.demand - s.demand) / routed : 0;
-    r.prefetch_per_token =
-        routed > 0 ? static_cast<double>(now.prefetch - s.prefetch) / routed : 0;
+    const engine::CacheStats d = e.cache_stats() - acc[c].start;
+    const double routed = static_cast<double>(d.routed_tokens);
+    const double picks =
+        static_cast<double>(d.layer_steps) * static_cast<double>(e.router_spec().top_k);
+    r.replaced_fraction = picks > 0 ? static_cast<double>(d.replaced) / picks : 0;
+    r.demand_per_token = routed > 0 ? static_cast<double>(d.logical_demand) / routed : 0;
+    r.prefetch_per_token = routed > 0 ? static_cast<double>(d.logical_prefetch) / routed : 0;
     rows.push_back(r);
   }
   return rows;
@@ -141,11 +140,11 @@ std::string kl_table(std::span<const KlRow> rows) {
       "| policy | cache | KL (nats/token) [95% CI] | ppl | exact ppl | top-1 agree | replaced | "
       "copies/token (demand + prefetch) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const KlRow& r : rows) {
-    out += fmt::format("| {} | {} | {:.5f} [{:.5f}, {:.5f}] | {:.3f} | {:.3f} | {:.4f} | {:.2f}% | "
-                       "{:.2f} + {:.2f} |\n",
-                       r.policy, r.cache, r.kl_mean, r.kl_ci_low, r.kl_ci_high, r.perplexity,
-                       r.exact_perplexity, r.top1_agreement, 100.0 * r.replaced_fraction,
-                       r.demand_per_token, r.prefetch_per_token);
+    out += fmt::format(
+        "| {} | {} | {:.5f} [{:.5f}, {:.5f}] | {:.3f} | {:.3f} | {:.4f} | {:.2f}% | "
+        "{:.2f} + {:.2f} |\n",
+        r.policy, r.cache, r.kl_mean, r.kl_ci_low, r.kl_ci_high, r.perplexity, r.exact_perplexity,
+        r.top1_agreement, 100.0 * r.replaced_fraction, r.demand_per_token, r.prefetch_per_token);
   }
   return out;
 }

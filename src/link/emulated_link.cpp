@@ -18,16 +18,6 @@ int64_t now_ns() {
       .count();
 }
 
-double parse_number(std::string_view text, std::string_view spec, const char* field) {
-  double v = 0;
-  const char* end = text.data() + text.size();
-  const auto r = std::from_chars(text.data(), end, v);
-  if (text.empty() || r.ec != std::errc() || r.ptr != end || !std::isfinite(v)) {
-    fail("--link", field, "expected a number in '{}', found '{}'", spec, text);
-  }
-  return v;
-}
-
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -36,32 +26,6 @@ uint64_t splitmix64(uint64_t& state) {
 }
 
 }  // namespace
-
-EmulatedLinkParams parse_emulated_spec(std::string_view spec) {
-  constexpr std::string_view kPrefix = "emulated:";
-  if (spec.substr(0, kPrefix.size()) != kPrefix) {
-    fail("--link", "form", "expected emulated:GBPS[,LATENCY_US], found '{}'", spec);
-  }
-  std::string_view rest = spec.substr(kPrefix.size());
-  std::string_view gbps = rest, latency;
-  if (const size_t comma = rest.find(','); comma != std::string_view::npos) {
-    gbps = rest.substr(0, comma);
-    latency = rest.substr(comma + 1);
-    if (latency.empty()) fail("--link", "latency", "expected microseconds after ',' in '{}'", spec);
-  }
-  EmulatedLinkParams p;
-  const double bw = parse_number(gbps, spec, "bandwidth");
-  if (!(bw > 0) || bw > 1e6)
-    fail("--link", "bandwidth", "expected GB/s in (0, 1e6] in '{}', found {}", spec, bw);
-  p.bandwidth_bytes_per_s = bw * 1e9;
-  if (!latency.empty()) {
-    const double us = parse_number(latency, spec, "latency");
-    if (!(us >= 0) || us > 1e7)
-      fail("--link", "latency", "expected microseconds in [0, 1e7] in '{}', found {}", spec, us);
-    p.latency_s = us * 1e-6;
-  }
-  return p;
-}
 
 EmulatedLink::EmulatedLink(const ExpertLayout& layout, SlotArena& arena,
                            const EmulatedLinkParams& params)

@@ -18,25 +18,10 @@
 #include "link/copy_queue.hpp"
 #include "link/expert_layout.hpp"
 #include "link/link.hpp"
+#include "link/link_spec.hpp"
 #include "link/slot_arena.hpp"
 
 namespace steermoe::link {
-
-struct EmulatedLinkParams {
-  double bandwidth_bytes_per_s = 0;  // > 0
-  double latency_s = 0;              // >= 0
-  // The last `spin_s` before a copy's end are spun (yielding) rather than slept, for accuracy
-  // at small copy times; 0 sleeps only.
-  double spin_s = 50e-6;
-  // Test hook: each copy takes an extra uniform random delay in [0, extra_delay_max_s), drawn
-  // from `delay_seed` (to show that results do not depend on copy timing).
-  double extra_delay_max_s = 0;
-  uint64_t delay_seed = 1;
-};
-
-// Parses "emulated:GBPS[,LATENCY_US]" (GB = 1e9 bytes; e.g. "emulated:25,10"). Throws
-// steermoe::Error naming the field ("--link", "bandwidth" / "latency" / "form").
-EmulatedLinkParams parse_emulated_spec(std::string_view spec);
 
 class EmulatedLink final : public Link {
  public:

@@ -86,6 +86,16 @@ void Calibration::check(const char* source) const {
   }
 }
 
+void check_calibration_shape(const Calibration& c, const RouterSpec& spec,
+                             const std::string& source, const std::string& field,
+                             const std::string& against) {
+  if (c.layers == spec.layers && c.experts == spec.experts && c.top_k == spec.top_k) return;
+  fail(source, field,
+       "expected a calibration of L={} E={} K={} ({} MoE layers, experts, top-k), found L={} "
+       "E={} K={}",
+       spec.layers, spec.experts, spec.top_k, against, c.layers, c.experts, c.top_k);
+}
+
 Calibration uninformed_calibration(const RouterSpec& spec) {
   Calibration c;
   c.layers = spec.layers;

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
@@ -51,6 +52,14 @@ struct Calibration {
   // `source` named in the message.
   void check(const char* source) const;
 };
+
+// Throws steermoe::Error "<source>: <field>: expected a calibration of L=.. E=.. K=.. (<against>
+// MoE layers, experts, top-k), found L=.. E=.. K=.." unless `calibration` has the router's shape.
+// The one shape check of every user (the resolved offload configuration, the simulator, replay, the
+// CLI).
+void check_calibration_shape(const Calibration& calibration, const RouterSpec& spec,
+                             const std::string& source, const std::string& field,
+                             const std::string& against);
 
 // Calibration with no information: warm order = expert index, ranges 0, no token prior. Enough
 // for exact routing (lambda = 0) and for an all-resident cache (C = E).

@@ -1,5 +1,7 @@
 #include "schedule/offload_step.hpp"
 
+#include <algorithm>
+
 #include "common/error.hpp"
 #include "link/simulated_link.hpp"
 #include "schedule/profile.hpp"
@@ -9,15 +11,22 @@ namespace steermoe::schedule {
 OffloadStep::OffloadStep(const policy::RouterSpec& spec, const policy::PolicyConfig& config,
                          const policy::Calibration& calibration, const OffloadParams& params,
                          link::Link* link)
-    : config_(config), router_(spec, config, calibration, params.cache_slots), link_(link) {
+    : config_(config),
+      router_(spec, config, calibration, params.cache_slots),
+      link_(link),
+      experts_(spec.experts),
+      max_positions_(params.max_positions),
+      timings_(static_cast<size_t>(spec.layers)),
+      pregate_(static_cast<size_t>(params.max_positions) * static_cast<size_t>(spec.experts)) {
+  SM_ASSERT(params.max_positions >= 1);
   if (link_ != nullptr) {
-    scheduler_ = std::make_unique<TransferScheduler>(
-        SchedulerConfig{.layers = spec.layers,
-                        .experts = spec.experts,
-                        .slots = params.cache_slots,
-                        .max_inflight = params.max_inflight,
-                        .expert_bytes = params.expert_bytes},
-        *link_);
+    scheduler_ =
+        std::make_unique<TransferScheduler>(SchedulerConfig{.layers = spec.layers,
+                                                            .experts = spec.experts,
+                                                            .slots = params.cache_slots,
+                                                            .max_inflight = params.max_inflight,
+                                                            .expert_bytes = params.expert_bytes},
+                                            *link_);
     slot_experts_.resize(static_cast<size_t>(spec.layers) * params.cache_slots);
   }
 }
@@ -30,7 +39,9 @@ void OffloadStep::simulate_compute(link::SimulatedLink* clock, const HardwarePro
   profile_ = profile;
 }
 
-double OffloadStep::clock() const { return link_ != nullptr ? link_->now() : 0.0; }
+double OffloadStep::clock() const {
+  return link_ != nullptr ? link_->now() : 0.0;
+}
 
 bool OffloadStep::prefetches() const {
   return config_.prefetch_budget > 0 || config_.kind == policy::PolicyKind::kSpec;
@@ -50,6 +61,79 @@ void OffloadStep::begin_request() {
   warmup_s_ = scheduler_->begin_request(slot_experts_);
 }
 
+void OffloadStep::count(const policy::Decision& d) {
+  counts_.layer_steps += 1;
+  counts_.replaced += d.replaced;
+  counts_.demand += static_cast<int64_t>(d.demand.size());
+  counts_.prefetch += static_cast<int64_t>(d.prefetch.size());
+}
+
+void OffloadStep::keep_pregate(std::span<const float> rows, int n) {
+  pregate_valid_ = !rows.empty();
+  if (pregate_valid_) {
+    const size_t values = static_cast<size_t>(n) * static_cast<size_t>(experts_);
+    SM_ASSERT(rows.size() >= values);
+    std::copy_n(rows.begin(), values, pregate_.begin());
+  }
+}
+
+std::span<const float> OffloadStep::kept_pregate(int position) const {
+  if (!pregate_valid_) return {};
+  const auto e = static_cast<size_t>(experts_);
+  return std::span<const float>(pregate_).subspan(static_cast<size_t>(position) * e, e);
+}
+
+const TokenStats* OffloadStep::run_token(int32_t token, LayerDriver& driver) {
+  const int layers = router_.spec().layers;
+  const auto e = static_cast<size_t>(experts_);
+  begin_token(token);
+  pregate_valid_ = false;
+  for (int l = 0; l < layers; ++l) {
+    begin_layer(l);
+    const LayerScores s = driver.scores(l);
+    const std::span<const float> next = s.pregate_next.empty() || l + 1 >= layers
+                                            ? std::span<const float>{}
+                                            : s.pregate_next.first(e);
+    const policy::Decision& d =
+        host(l, s.z.first(e), s.weight_scores.empty() ? s.weight_scores : s.weight_scores.first(e),
+             next);
+    driver.routed(l, 0, d, kept_pregate(0));
+    keep_pregate(next, 1);
+    wait(l);
+    driver.moe(l);
+    end_layer(l);
+  }
+  driver.finish();
+  counts_.tokens += 1;
+  return end_token();
+}
+
+void OffloadStep::run_layer_major(std::span<const int32_t> tokens, LayerDriver& driver) {
+  SM_ASSERT_MSG(!scheduler_, "batched routing is logical only: offloaded prefill runs per token");
+  const int n = static_cast<int>(tokens.size());
+  SM_ASSERT(n >= 1 && n <= max_positions_);
+  const int layers = router_.spec().layers;
+  const auto e = static_cast<size_t>(experts_);
+  pregate_valid_ = false;
+  for (int l = 0; l < layers; ++l) {
+    const LayerScores s = driver.scores(l);
+    const bool part1 = prefetches() && l >= 1;
+    for (int t = 0; t < n; ++t) {
+      const size_t off = static_cast<size_t>(t) * e;
+      const std::span<const float> pregate = kept_pregate(t);
+      const policy::Decision& d = route_layer_major(
+          l, tokens[static_cast<size_t>(t)], part1 ? pregate : std::span<const float>{},
+          s.z.subspan(off, e),
+          s.weight_scores.empty() ? s.weight_scores : s.weight_scores.subspan(off, e));
+      driver.routed(l, t, d, pregate);
+    }
+    driver.moe(l);
+    keep_pregate(l + 1 < layers ? s.pregate_next : std::span<const float>{}, n);
+  }
+  driver.finish();
+  counts_.tokens += n;
+}
+
 void OffloadStep::begin_token(int32_t token) {
   router_.begin_token(token);
   if (!scheduler_) return;
@@ -57,9 +141,9 @@ void OffloadStep::begin_token(int32_t token) {
   if (sim_clock_ != nullptr) sim_clock_->advance(profile_->dense_s);
 }
 
-void OffloadStep::begin_layer(int /*layer*/) {
+void OffloadStep::begin_layer(int layer) {
   if (!scheduler_) return;
-  timing_.attention_start = clock();
+  timings_[static_cast<size_t>(layer)].attention_start = clock();
   if (sim_clock_ != nullptr) sim_clock_->advance(profile_->attention_s);  // A(l)
 }
 
@@ -67,31 +151,32 @@ const policy::Decision& OffloadStep::host(int layer, std::span<const float> z,
                                           std::span<const float> weight_scores,
                                           std::span<const float> pregate_next) {
   std::span<const uint8_t> issued;
+  LayerTiming& timing = timings_[static_cast<size_t>(layer)];
   if (scheduler_) {
-    timing_.host_start = clock();
+    timing.host_start = clock();
     issued = scheduler_->begin_host(layer);
   }
   // Part 2 of this layer, then part 1 of the next: the spec's H(l).
-  const policy::Decision& d =
-      router_.select(layer, z, weight_scores, config_.physical ? issued : std::span<const uint8_t>{});
+  const policy::Decision& d = router_.select(
+      layer, z, weight_scores, config_.physical ? issued : std::span<const uint8_t>{});
   std::span<const policy::Copy> next_prefetch;
-  if (!pregate_next.empty() && layer + 1 < router_.spec().layers)
+  if (!pregate_next.empty() && prefetches())
     next_prefetch = router_.prefetch(layer + 1, pregate_next);
   host_layer_ = layer;
+  count(d);
   if (scheduler_) {
     if (sim_clock_ != nullptr) sim_clock_->advance(profile_->host_policy_s);  // H(l)
-    timing_.host_end = clock();
+    timing.host_end = clock();
     scheduler_->end_host(layer, d.selected, d.selected_slot, d.demand, next_prefetch);
   }
   return d;
 }
 
-double OffloadStep::wait(int layer) {
+void OffloadStep::wait(int layer) {
   SM_ASSERT(layer == host_layer_);
-  if (!scheduler_) return 0.0;
-  const double stall = scheduler_->wait_for_layer(layer, router_.decision(layer).selected_slot);
-  timing_.moe_start = clock();
-  return stall;
+  if (!scheduler_) return;
+  scheduler_->wait_for_layer(layer, router_.decision(layer).selected_slot);
+  timings_[static_cast<size_t>(layer)].moe_start = clock();
 }
 
 void OffloadStep::end_layer(int layer) {
@@ -100,7 +185,7 @@ void OffloadStep::end_layer(int layer) {
     const auto executed = static_cast<double>(router_.decision(layer).selected.size());
     sim_clock_->advance(profile_->moe_fixed_s + executed * profile_->moe_per_expert_s);  // M(l)
   }
-  timing_.moe_end = clock();
+  timings_[static_cast<size_t>(layer)].moe_end = clock();
 }
 
 const TokenStats* OffloadStep::end_token() {
@@ -117,7 +202,9 @@ const policy::Decision& OffloadStep::route_layer_major(int layer, int32_t token,
   router_.begin_token(layer, token);
   if (layer >= 1 && !pregate.empty()) router_.prefetch(layer, pregate);
   host_layer_ = layer;
-  return router_.select(layer, z, weight_scores);
+  const policy::Decision& d = router_.select(layer, z, weight_scores);
+  count(d);
+  return d;
 }
 
 }  // namespace steermoe::schedule

@@ -1,31 +1,31 @@
-// The one owner of the per-token call order of offloaded MoE decoding (docs/policy-contract.md,
-// "Timing model"): for each token, for each MoE layer l, A(l) on compute, then H(l) on the host
-// (policy part 2 of layer l, part 1 of layer l+1, the scheduler's end of H(l)), the wait on the
-// slots of S, then M(l). The engine, the simulator and `replay` all drive this class; nobody
-// else writes that order.
+// The one owner of the call order of offloaded MoE inference (docs/policy-contract.md, "Timing
+// model"). It owns the token x layer loop, not only the body of each step, and calls a driver
+// for what differs between its users: the engine's compute backend computes attention, router
+// scores and the MoE; the simulator charges a hardware profile's durations; `replay` reads trace
+// rows; the Python module and the HF harness hand in arrays. Nobody else writes
+// `for layer ... host ... wait`.
 //
-//   begin_request();                       // new sequence: warm set, warm-up copies
-//   begin_token(x_t);
-//   for each MoE layer l:
-//     begin_layer(l);                      // A(l) starts
-//     d = host(l, z, weight_scores, pregate of layer l+1 from this layer's MoE input);
-//     wait(l);                             // stall before M(l)
-//     [M(l) over d.selected in d.selected_slot]
-//     end_layer(l);
-//   end_token();
+// Schedules:
+//   run_token(x_t, driver)            decode, token-major: for each MoE layer l, A(l) (the
+//                                     driver's scores), H(l) = policy part 2 of l + part 1 of
+//                                     l+1 + the scheduler's end of H(l), the wait on the slots
+//                                     of S, M(l) (the driver's moe); then the driver's finish.
+//   run_layer_major(tokens, driver)   batched prefill, logical only: every position of layer l
+//                                     before layer l+1. Each layer's policy state depends only
+//                                     on that layer's history, so it makes exactly the
+//                                     token-major decisions.
+//   (next: the verification block of speculative decoding, k+1 positions per layer.)
 //
 // Without a link the step is logical only (routing decisions; no scheduler, no copies). With a
 // link, a TransferScheduler turns the insertions into copies on it. With a simulated link and a
 // hardware profile, the step also charges the profile's durations on the simulated clock, so
 // that the simulator and an engine run under `--link sim:PROFILE` are one code path.
-//
-// Batched prefill (logical only): route_layer_major() advances one layer by one token, so the
-// layer-major order of a batched forward pass makes exactly the token-major decisions.
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <vector>
 
 #include "link/link.hpp"
 #include "policy/calibration.hpp"
@@ -45,15 +45,51 @@ struct OffloadParams {
   int cache_slots = 0;       // C (K <= C <= E)
   int max_inflight = 2;      // prefetch copies in flight at a layer boundary (>= 1)
   int64_t expert_bytes = 0;  // bytes of one expert copy (accounting)
+  int max_positions = 1;     // largest block run_layer_major is given
 };
 
-// Link-clock times of the last MoE layer's events (seconds; the link's origin).
+// Link-clock times of one MoE layer's events in the last token (seconds; the link's origin).
 struct LayerTiming {
-  double attention_start = 0;  // begin_layer
+  double attention_start = 0;  // A(l) starts
   double host_start = 0;       // start of H(l)
   double host_end = 0;         // end of H(l), before the scheduler's enqueues
   double moe_start = 0;        // after the wait
-  double moe_end = 0;          // end_layer
+  double moe_end = 0;          // M(l) ended
+};
+
+// The router's output for one MoE layer at every position of the current block, rows [n][E].
+struct LayerScores {
+  std::span<const float> z;              // selection scores the policy ranks by
+  std::span<const float> weight_scores;  // execution weights' scores (empty: softmax reuses z,
+                                         // or no weights)
+  std::span<const float> pregate_next;   // router of the next MoE layer on this layer's MoE
+                                         // input (empty when the driver has none)
+};
+
+// What differs between the users of the call order.
+class LayerDriver {
+ public:
+  virtual ~LayerDriver() = default;
+  // A(layer): everything up to MoE layer `layer`'s router (attention, dense layers before it)
+  // and that router's scores for every position. The spans stay valid until moe(layer) returns.
+  virtual LayerScores scores(int layer) = 0;
+  // The decision for `position` of the block at `layer` (valid during the call only), and the
+  // pre-gate scores part 1 of this layer used there (empty when none).
+  virtual void routed(int layer, int position, const policy::Decision& decision,
+                      std::span<const float> pregate) = 0;
+  // M(layer) over the decisions of every position; the copies into their slots have completed.
+  virtual void moe(int /*layer*/) {}
+  // After the last MoE layer, inside the token's time: the rest of the network and the head.
+  virtual void finish() {}
+};
+
+// Counts of the policy's logical decisions (every schedule; prompt tokens included).
+struct LogicalCounts {
+  int64_t tokens = 0;       // tokens routed
+  int64_t layer_steps = 0;  // (token, MoE layer) steps
+  int64_t replaced = 0;     // router top-K experts replaced by the policy (|S \ exact|)
+  int64_t demand = 0;       // logical demand insertions
+  int64_t prefetch = 0;     // logical prefetch insertions
 };
 
 class OffloadStep {
@@ -69,25 +105,26 @@ class OffloadStep {
   // Charges `profile`'s durations on `clock` (which must be the link given above): the
   // simulator, and the engine's `sim:PROFILE` link. Both pointers must outlive the step.
   void simulate_compute(link::SimulatedLink* clock, const HardwareProfile* profile);
+  // Execution weights are the model's computation: replay and the simulator turn them off.
+  void set_compute_weights(bool on) { router_.set_compute_weights(on); }
+  // Benchmarks and tests force one top-k implementation (decisions are identical for all).
+  void set_top_k_path(policy::TopKPath path) { router_.set_top_k_path(path); }
 
   // New sequence: every layer back to its warm set; with a link, warm-up copies (prompt time).
   void begin_request();
-  void begin_token(int32_t token);
-  void begin_layer(int layer);
-  // H(layer). `pregate_next`: router layer+1 applied to this layer's MoE input (empty for the
-  // last layer, or when the policy has no part 1). The decision stays valid until the next
-  // host() or route_layer_major() of the same layer.
-  const policy::Decision& host(int layer, std::span<const float> z,
-                               std::span<const float> weight_scores,
-                               std::span<const float> pregate_next);
-  // Waits until the latest copy into every slot of S has completed; returns the stall (s).
-  double wait(int layer);
-  void end_layer(int layer);
-  // Ends the token; returns its accounting (null without a link).
-  const TokenStats* end_token();
 
-  // Batched prefill, logical only: the step of `layer` for input token `token`. `pregate`: router
-  // `layer` applied to the previous MoE layer's input (empty for layer 0 or without part 1).
+  // Decode: one token through every MoE layer in the timing model's order. Returns the token's
+  // accounting (null without a link).
+  const TokenStats* run_token(int32_t token, LayerDriver& driver);
+
+  // Batched prefill, logical only: `tokens` (at most max_positions) layer-major.
+  void run_layer_major(std::span<const int32_t> tokens, LayerDriver& driver);
+
+  // One step of the layer-major schedule, for callers whose framework owns the layer loop (the
+  // HF harness: transformers calls each MoE block for every position in turn): the step of
+  // `layer` for input token `token`. `pregate`: router `layer` applied to the previous MoE
+  // layer's input (empty for layer 0 or without part 1). The decision stays valid until the
+  // next step of the same layer.
   const policy::Decision& route_layer_major(int layer, int32_t token,
                                             std::span<const float> pregate,
                                             std::span<const float> z,
@@ -97,17 +134,30 @@ class OffloadStep {
   bool prefetches() const;
   bool offloaded() const { return scheduler_ != nullptr; }
   const policy::RequestRouter& router() const { return router_; }
-  policy::RequestRouter& router() { return router_; }
-  // Null without a link.
-  TransferScheduler* scheduler() { return scheduler_.get(); }
+  // Null without a link. Read-only: the owner of the expert cache reads the physical slot map
+  // and the totals; nobody drives the scheduler but this class.
   const TransferScheduler* scheduler() const { return scheduler_.get(); }
   const policy::PolicyConfig& config() const { return config_; }
-  const LayerTiming& timing() const { return timing_; }
+  const LogicalCounts& counts() const { return counts_; }
+  // Event times of MoE layer `layer` in the last token (link clock; zeros without a link).
+  const LayerTiming& timing(int layer) const { return timings_[static_cast<size_t>(layer)]; }
   // Warm-up seconds of the last begin_request (0 without a link).
   double last_warmup_seconds() const { return warmup_s_; }
 
  private:
   double clock() const;
+  void count(const policy::Decision& d);
+  void keep_pregate(std::span<const float> rows, int n);
+  std::span<const float> kept_pregate(int position) const;
+  // The steps of run_token, in order.
+  void begin_token(int32_t token);
+  void begin_layer(int layer);
+  const policy::Decision& host(int layer, std::span<const float> z,
+                               std::span<const float> weight_scores,
+                               std::span<const float> pregate_next);
+  void wait(int layer);
+  void end_layer(int layer);
+  const TokenStats* end_token();
 
   policy::PolicyConfig config_;
   policy::RequestRouter router_;
@@ -115,8 +165,15 @@ class OffloadStep {
   std::unique_ptr<TransferScheduler> scheduler_;
   link::SimulatedLink* sim_clock_ = nullptr;
   const HardwareProfile* profile_ = nullptr;
+  int experts_ = 0;
+  int max_positions_ = 1;
   std::vector<int32_t> slot_experts_;  // [L * C] scratch for begin_request
-  LayerTiming timing_;
+  std::vector<LayerTiming> timings_;   // [L]
+  // The pre-gate scores of the current layer (from the previous layer's driver scores), rows
+  // [max_positions][E]: the driver's buffers may be overwritten by the next layer's scores.
+  std::vector<float> pregate_;
+  bool pregate_valid_ = false;
+  LogicalCounts counts_;
   int host_layer_ = -1;
   double warmup_s_ = 0;
 };

@@ -31,9 +31,7 @@ void check_inputs(const policy::RouterSpec& spec, const policy::Calibration& cal
   const size_t cells = static_cast<size_t>(trace.steps()) * trace.layers * trace.experts;
   if (trace.scores.size() != cells || trace.pregate.size() != cells)
     fail(where, "trace", "expected scores and pregate of {} values each", cells);
-  if (calibration.layers != spec.layers || calibration.experts != spec.experts)
-    fail(where, "calibration", "expected {} layers x {} experts (the trace), got {} x {}",
-         spec.layers, spec.experts, calibration.layers, calibration.experts);
+  policy::check_calibration_shape(calibration, spec, where, "calibration", "the trace's");
   if (options.max_inflight < 1)
     fail(where, "--max-inflight", "expected >= 1, got {}", options.max_inflight);
   int64_t previous = -1;
@@ -77,8 +75,8 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
   step.simulate_compute(&link, &profile);
   // Execution weights are the model's computation, not the policy's: the trace has no weight
   // scores to compute them from.
-  step.router().set_compute_weights(false);
-  TransferScheduler& scheduler = *step.scheduler();
+  step.set_compute_weights(false);
+  const TransferScheduler& scheduler = *step.scheduler();
 
   SimResult result;
   result.policy = config.to_string();
@@ -88,7 +86,31 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
   result.token_copies.reserve(static_cast<size_t>(steps));
   if (options.keep_decisions)
     result.decisions.reserve(static_cast<size_t>(steps) * layers * spec.top_k);
-  uint64_t hash = kFnvOffset;
+
+  // The trace's rows are the driver: A(l) reads them, the decisions are hashed as they come.
+  struct TraceDriver final : LayerDriver {
+    const TraceView& trace;
+    const SimOptions& options;
+    SimResult& result;
+    int layers;
+    int64_t t = 0;
+    uint64_t hash = kFnvOffset;
+    TraceDriver(const TraceView& v, const SimOptions& o, SimResult& r, int l)
+        : trace(v), options(o), result(r), layers(l) {}
+    LayerScores scores(int l) override {
+      return {
+          .z = trace.score_row(t, l),
+          .pregate_next = l + 1 < layers ? trace.pregate_row(t, l + 1) : std::span<const float>{}};
+    }
+    void routed(int l, int /*position*/, const policy::Decision& d,
+                std::span<const float> /*pregate*/) override {
+      hash_in(hash, t);
+      hash_in(hash, l);
+      for (const int32_t e : d.selected) hash_in(hash, e);
+      if (options.keep_decisions)
+        result.decisions.insert(result.decisions.end(), d.selected.begin(), d.selected.end());
+    }
+  } driver(trace, options, result, layers);
 
   const std::vector<int64_t> single_request{0};
   const std::span<const int64_t> starts = trace.sequence_starts.empty()
@@ -100,21 +122,12 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
       ++next_request;
       step.begin_request();
     }
-    step.begin_token(trace.tokens[static_cast<size_t>(t)]);
-    for (int l = 0; l < layers; ++l) {
-      step.begin_layer(l);
-      const std::span<const float> pregate_next =
-          l + 1 < layers ? trace.pregate_row(t, l + 1) : std::span<const float>{};
-      const policy::Decision& d = step.host(l, trace.score_row(t, l), {}, pregate_next);
-      step.wait(l);
-      step.end_layer(l);
-      hash_in(hash, t);
-      hash_in(hash, l);
-      for (const int32_t e : d.selected) hash_in(hash, e);
-      if (options.keep_decisions)
-        result.decisions.insert(result.decisions.end(), d.selected.begin(), d.selected.end());
-      if (options.keep_events) {
-        const LayerTiming& timing = step.timing();
+    driver.t = t;
+    const TokenStats& token = *step.run_token(trace.tokens[static_cast<size_t>(t)], driver);
+    if (options.keep_events) {
+      for (int l = 0; l < layers; ++l) {
+        const LayerTiming& timing = step.timing(l);
+        const policy::Decision& d = step.router().decision(l);
         LayerEvent event;
         event.step = t;
         event.layer = l;
@@ -127,7 +140,6 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
         result.events.push_back(std::move(event));
       }
     }
-    const TokenStats& token = *step.end_token();
     result.token_latency.push_back(token.latency);
     result.token_copies.push_back(token.copies());
   }
@@ -135,7 +147,7 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
   result.totals = scheduler.totals();
   result.pending_at_end = scheduler.pending_count();
   result.token_layers = steps * layers;
-  result.decision_hash = hash;
+  result.decision_hash = driver.hash;
   result.link_busy_s = link.busy_seconds();
   if (steps > 0) {
     double sum = 0;

@@ -7,8 +7,6 @@
 #include "common/error.hpp"
 #include "engine/logprob.hpp"
 #include "engine/sampler.hpp"
-#include "schedule/offload_step.hpp"
-#include "schedule/scheduler.hpp"
 #include "server/utf8.hpp"
 
 namespace steermoe::server {
@@ -21,13 +19,11 @@ double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-// The copies so far: the link's transfer scheduler when the engine has one (--link sim:,
-// emulated:, disk), else the engine's logical insertion counters (resident: none are made).
+// The copies so far: the link's when it moves experts (--link sim:, emulated:, disk), else the
+// logical insertions (resident: none are made).
 CopyCounters read_copy_counters(const engine::Engine& engine) {
-  if (const schedule::TransferScheduler* sched = engine.offload().scheduler()) {
-    return {sched->totals().demand, sched->totals().prefetch_enqueued};
-  }
-  return {engine.counters().demand, engine.counters().prefetch};
+  const engine::CacheStats s = engine.cache_stats();
+  return {s.demand_copies(), s.prefetch_copies()};
 }
 
 ScoredToken score(std::span<const float> logits, int32_t id, int n_top,

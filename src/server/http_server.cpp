@@ -104,8 +104,7 @@ struct HttpServer::Impl {
                                               const SamplingOptions& o, const RequestExtras& x) {
     if (!x.policy.empty() || x.cache >= 0) {
       try {
-        worker.check_policy(x.policy.empty() ? worker.defaults().policy : x.policy,
-                            x.cache >= 0 ? x.cache : worker.defaults().cache_slots);
+        worker.check_policy(x.policy, x.cache);
       } catch (const steermoe::Error& e) {
         throw ApiError(400, e.what(), "steermoe");
       }
@@ -610,8 +609,8 @@ struct HttpServer::Impl {
                                         {"meta",
                                          {{"context", limits.context},
                                           {"vocab", limits.vocab},
-                                          {"policy", worker.defaults().policy},
-                                          {"cache", worker.defaults().cache_slots}}}}})}});
+                                          {"policy", worker.default_policy()},
+                                          {"cache", worker.default_cache()}}}}})}});
     });
     http.Get("/v1/models", models_h);
     http.Get("/models", models_h);

@@ -8,8 +8,8 @@ namespace steermoe::server {
 
 Worker::Worker(const model::Model& model, const tokenizer::Tokenizer& tok,
                const WorkerOptions& options)
-    : model_(model), tok_(tok), options_(options), spec_(engine::router_spec(model.config())) {
-  default_policy_ = check_policy(options_.engine.policy, options_.engine.cache_slots);
+    : model_(model), tok_(tok), options_(options) {
+  default_policy_ = options_.engine.offload.policy_text();
   default_engine_ = std::make_unique<engine::Engine>(model_, options_.engine);
   context_ = default_engine_->context();
   thread_ = std::thread([this] { loop(); });
@@ -31,11 +31,22 @@ void Worker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+namespace {
+
+// The server's configuration with a request's policy and cache size in place of its own.
+schedule::OffloadRequest variant(const schedule::OffloadConfig& defaults, const std::string& policy,
+                                 int cache_slots) {
+  schedule::OffloadRequest r = defaults.request();
+  if (!policy.empty()) r.policy = policy;
+  if (cache_slots >= 0) r.cache = cache_slots;
+  return r;
+}
+
+}  // namespace
+
 std::string Worker::check_policy(const std::string& policy, int cache_slots) const {
-  const policy::PolicyConfig config = policy::parse_policy(policy);
-  const int slots = cache_slots > 0 ? cache_slots : spec_.experts;
-  policy::validate(config, spec_, slots);
-  return config.to_string();
+  return engine::resolve_offload(model_, variant(options_.engine.offload, policy, cache_slots))
+      .policy_text();
 }
 
 bool Worker::submit(std::vector<std::shared_ptr<Job>> jobs) {
@@ -60,20 +71,22 @@ bool Worker::busy() const {
 }
 
 engine::Engine& Worker::engine_for(const Job& job, std::string& policy_used, int& cache_used) {
-  const std::string policy = job.policy.empty() ? options_.engine.policy : job.policy;
-  const int cache = job.cache_slots < 0 ? options_.engine.cache_slots : job.cache_slots;
-  cache_used = cache > 0 ? cache : spec_.experts;
-  if (policy == options_.engine.policy && cache == options_.engine.cache_slots) {
+  const schedule::OffloadConfig& defaults = options_.engine.offload;
+  if (job.policy.empty() && job.cache_slots < 0) {
     policy_used = default_policy_;
+    cache_used = defaults.cache_slots;
     return *default_engine_;
   }
-  policy_used = check_policy(policy, cache);
-  const std::string key = policy_used + "|" + std::to_string(cache);
+  const schedule::OffloadConfig offload =
+      engine::resolve_offload(model_, variant(defaults, job.policy, job.cache_slots));
+  policy_used = offload.policy_text();
+  cache_used = offload.cache_slots;
+  if (policy_used == default_policy_ && cache_used == defaults.cache_slots) return *default_engine_;
+  const std::string key = policy_used + "|" + std::to_string(cache_used);
   if (!custom_engine_ || key != custom_key_) {
     custom_engine_.reset();  // free the old one first
     engine::EngineParams p = options_.engine;
-    p.policy = policy;
-    p.cache_slots = cache;
+    p.offload = offload;
     custom_engine_ = std::make_unique<engine::Engine>(model_, p);
     custom_key_ = key;
   }

@@ -12,14 +12,13 @@
 
 #include "engine/engine.hpp"
 #include "model/weights.hpp"
-#include "policy/config.hpp"
 #include "server/generation.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::server {
 
 struct WorkerOptions {
-  engine::EngineParams engine;  // defaults: policy, cache slots, threads, context, calibration
+  engine::EngineParams engine;  // defaults: offload (policy, cache, calibration), threads, context
   size_t queue_capacity = 16;   // requests waiting (not counting the one running)
 };
 
@@ -39,10 +38,13 @@ class Worker {
   void stop();
 
   int context() const { return context_; }
-  const engine::EngineParams& defaults() const { return options_.engine; }
+  // The server's --policy (canonical) and cache size.
+  std::string default_policy() const { return default_policy_; }
+  int default_cache() const { return options_.engine.offload.cache_slots; }
 
-  // Checks a per-request policy and cache size against the model without building an engine.
-  // Returns the canonical policy string; throws steermoe::Error with a clear message.
+  // Checks a per-request policy (empty: the default) and cache size (< 0: the default) against
+  // the model without building an engine. Returns the canonical policy string; throws
+  // steermoe::Error with a clear message.
   std::string check_policy(const std::string& policy, int cache_slots) const;
 
  private:
@@ -54,7 +56,6 @@ class Worker {
   const tokenizer::Tokenizer& tok_;
   WorkerOptions options_;
   int context_ = 0;
-  policy::RouterSpec spec_;
   std::unique_ptr<engine::Engine> default_engine_;
   std::string default_policy_;
   std::unique_ptr<engine::Engine> custom_engine_;

@@ -219,12 +219,8 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
   const TraceMeta& meta = trace.meta();
   const policy::RouterSpec spec = meta.router_spec();
   const std::string& calib_name = options.calibration_source;
-  if (calibration.layers != meta.layers || calibration.experts != meta.experts ||
-      calibration.top_k != meta.top_k)
-    fail(calib_name, "layers/experts/top_k",
-         "expected a calibration for the trace's shape L={} E={} K={}, found L={} E={} K={}",
-         meta.layers, meta.experts, meta.top_k, calibration.layers, calibration.experts,
-         calibration.top_k);
+  policy::check_calibration_shape(calibration, spec, calib_name, "layers/experts/top_k",
+                                  "the trace's");
   const policy::PolicyConfig config = policy::parse_policy(options.policy);
   policy::validate(config, spec, options.cache_slots);
 
@@ -244,37 +240,54 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
   summary.loop_reason = loop.reason;
 
   schedule::OffloadStep step(spec, config, calibration, {.cache_slots = options.cache_slots});
-  const bool sigmoid_weights = spec.mode == policy::ScoreMode::kSigmoid;
-  const auto& starts = trace.sequence_starts();
-  size_t next_start = 0;
-  std::string buffer;
-  for (int64_t t = 0; t < trace.steps(); ++t) {
-    if (next_start < starts.size() && starts[next_start] == t) {
-      step.begin_request();
-      ++next_start;
-    }
-    step.begin_token(trace.token(t));
-    for (int l = 0; l < meta.layers; ++l) {
+  // The trace's rows are the driver; each decision is counted and written as it is made.
+  struct TraceDriver final : schedule::LayerDriver {
+    const Trace& trace;
+    const ReplayOptions& options;
+    const schedule::OffloadStep& step;
+    ReplaySummary& summary;
+    bool sigmoid_weights;
+    int64_t t = 0;
+    std::string buffer;
+    TraceDriver(const Trace& tr, const ReplayOptions& o, const schedule::OffloadStep& s,
+                ReplaySummary& sum, bool sigmoid)
+        : trace(tr), options(o), step(s), summary(sum), sigmoid_weights(sigmoid) {}
+    schedule::LayerScores scores(int l) override {
       // Softmax routers take their weights from z itself; sigmoid ones need the unbiased scores.
-      const std::span<const float> weight_scores =
-          sigmoid_weights ? trace.weights_scores(t, l) : std::span<const float>{};
-      const std::span<const float> pregate_next =
-          l + 1 < meta.layers ? trace.pregate(t, l + 1) : std::span<const float>{};
-      // The decision line shows layer l's cache after its own step: part 1 of layer l+1 (run in
-      // the same H(l)) changes only layer l+1.
-      const policy::Decision& d = step.host(l, trace.scores(t, l), weight_scores, pregate_next);
+      return {
+          .z = trace.scores(t, l),
+          .weight_scores = sigmoid_weights ? trace.weights_scores(t, l) : std::span<const float>{},
+          .pregate_next =
+              l + 1 < summary.layers ? trace.pregate(t, l + 1) : std::span<const float>{}};
+    }
+    void routed(int l, int /*position*/, const policy::Decision& d,
+                std::span<const float> /*pregate*/) override {
       LayerTotals& totals = summary.per_layer[static_cast<size_t>(l)];
       totals.demand += d.demand.size();
       totals.prefetch += d.prefetch.size();
       totals.evicted += d.evicted.size();
       totals.replaced += static_cast<uint64_t>(d.replaced);
+      // The line shows layer l's cache after its own step: part 1 of layer l+1 (run in the same
+      // H(l)) changes only layer l+1.
+      const policy::LayerCache& cache = step.router().cache(l);
+      if (options.on_decision) options.on_decision(t, l, d, cache);
       if (options.decisions != nullptr) {
         buffer.clear();
-        const std::vector<int32_t> resident = step.router().cache(l).resident_sorted();
-        append_decision_line(buffer, t, l, d.selected, d.prefetch, d.demand, d.evicted, resident);
+        append_decision_line(buffer, t, l, d.selected, d.prefetch, d.demand, d.evicted,
+                             cache.resident_sorted());
         options.decisions->write(buffer.data(), static_cast<std::streamsize>(buffer.size()));
       }
     }
+  } driver(trace, options, step, summary, spec.mode == policy::ScoreMode::kSigmoid);
+  const auto& starts = trace.sequence_starts();
+  size_t next_start = 0;
+  for (int64_t t = 0; t < trace.steps(); ++t) {
+    if (next_start < starts.size() && starts[next_start] == t) {
+      step.begin_request();
+      ++next_start;
+    }
+    driver.t = t;
+    step.run_token(trace.token(t), driver);
   }
   if (options.decisions != nullptr) {
     *options.decisions << summary.to_json().dump() << "\n";

@@ -1,10 +1,11 @@
-// Replays a trace through policy::RequestRouter in the order the engine runs it
-// (docs/policy-contract.md, "Timing model"): reset at each sequence start; per token begin_token,
-// then for each layer l select(l) (part 2) followed by prefetch(l+1) (part 1 of the next layer, run
-// in H(l)). Produces the decisions JSON lines (docs/trace-format.md) and a summary.
+// Replays a trace through the one owner of the call order, schedule::OffloadStep (logical only),
+// with the trace's rows as its driver: reset at each sequence start, then run_token per step,
+// exactly the order the engine runs (docs/policy-contract.md, "Timing model"). Produces the
+// decisions JSON lines (docs/trace-format.md) and a summary.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <ostream>
@@ -82,6 +83,11 @@ struct ReplayOptions {
   int cache_slots = 0;                // C
   std::string calibration_source;     // for messages and the summary
   std::ostream* decisions = nullptr;  // decisions JSON lines (and the summary line) or null
+  // Called with every decision as it is made (the Python module's replay), or empty. The
+  // decision and the cache are valid during the call only.
+  std::function<void(int64_t step, int layer, const policy::Decision& decision,
+                     const policy::LayerCache& cache)>
+      on_decision;
 };
 
 // Throws steermoe::Error for a bad policy string, cache size or a calibration that does not match

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "cuda_test_util.hpp"
 #include "engine/cuda_backend_factory.hpp"
@@ -67,7 +68,7 @@ class CudaForward : public ::testing::TestWithParam<std::string> {
 TEST_P(CudaForward, MatchesTheCpuEngineOnTheOracleModel) {
   const fs::path path = kOracle / GetParam() / "model.gguf";
   const auto model = model::Model::load(path);
-  EngineParams p{.policy = "exact:evict=lru", .link = "resident"};
+  EngineParams p = steermoe::test_support::offload_params(*model, "exact:evict=lru", 0, "resident");
   p.backend = "cpu";
   const Outcome cpu = run(*model, p);
   p.backend = "cuda";
@@ -107,8 +108,8 @@ class CudaTiny : public ::testing::Test {
     calib_ = std::make_unique<policy::Calibration>(trace::read_calibration(kTiny / "calib.smcal"));
   }
   EngineParams params(const std::string& policy, int cache, const std::string& link) const {
-    EngineParams p{
-        .policy = policy, .cache_slots = cache, .calibration = calib_.get(), .link = link};
+    EngineParams p =
+        steermoe::test_support::offload_params(*model_, policy, cache, link, calib_.get());
     p.backend = "cuda";
     return p;
   }
@@ -134,7 +135,7 @@ TEST_F(CudaTiny, LogitsAreBitIdenticalAcrossInflightDelaysAndSlotStores) {
       SCOPED_TRACE(std::string(v.link) + " max_inflight " + std::to_string(v.inflight) + " delay " +
                    std::to_string(v.delay_s));
       EngineParams p = params(policy, E / 2, v.link);
-      p.max_inflight = v.inflight;
+      p.offload.max_inflight = v.inflight;
       p.test_copy_delay_max_s = v.delay_s;
       p.test_copy_delay_seed = 7;
       const Outcome got = run(*model_, p);

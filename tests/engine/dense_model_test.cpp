@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
+#include "../cli_runner.hpp"
+#include "../isa_guard.hpp"
+#include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "model/hf_config.hpp"
 #include "policy/calibration.hpp"
-
-#include "../cli_runner.hpp"
-#include "../isa_guard.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -123,11 +123,10 @@ TEST(DenseQwen3, RoutingOptionsAreNoOps) {
   const policy::Calibration wrong_shape = policy::uninformed_calibration(other);
   for (const std::string link : {"resident", "disk", "emulated:5,20", "sim:rtx4090-olmoe"}) {
     SCOPED_TRACE(link);
-    Engine e(*m, {.context = 32,
-                  .policy = "psr:lambda=1,n=1",
-                  .cache_slots = 6,
-                  .calibration = &wrong_shape,
-                  .link = link});
+    EngineParams params =
+        test_support::offload_params(*m, "psr:lambda=1,n=1", 6, link, &wrong_shape);
+    params.context = 32;
+    Engine e(*m, params);
     RoutingRecord record;
     e.set_recorder(&record);
     EXPECT_EQ(decode_all(e, tokens), want);
@@ -140,11 +139,11 @@ TEST(DenseQwen3, RoutingOptionsAreNoOps) {
     EXPECT_EQ(record.steps(), 2 * tokens.size());
     EXPECT_TRUE(record.selected.empty());
     EXPECT_TRUE(record.scores.empty());
-    EXPECT_EQ(e.counters().layer_steps, 0);
-    EXPECT_EQ(e.offload().scheduler(), nullptr);
+    EXPECT_EQ(e.cache_stats().layer_steps, 0);
+    EXPECT_FALSE(e.cache_stats().physical);  // no scheduler: nothing is copied
   }
   // A policy typo is still an error.
-  EXPECT_THROW(Engine(*m, {.context = 32, .policy = "no-such-policy"}), Error);
+  EXPECT_THROW(test_support::offload_params(*m, "no-such-policy", 0), Error);
 }
 
 std::string config_with(const std::string& extra) {
@@ -191,7 +190,9 @@ TEST(DenseQwen3, ConfigRejectsWhatIsNotSupported) {
 }
 
 using Result = test_support::CliResult;
-Result cli(const std::string& args) { return test_support::run_cli(args); }
+Result cli(const std::string& args) {
+  return test_support::run_cli(args);
+}
 
 fs::path temp(const std::string& name) {
   return fs::path(testing::TempDir()) / name;

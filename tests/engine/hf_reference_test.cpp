@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
-
 #include "../cli_runner.hpp"
 #include "../isa_guard.hpp"
+#include "../offload_params.hpp"
+#include "engine/engine.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -91,7 +91,9 @@ RunResult run(const fs::path& path, const std::vector<int32_t>& tokens, bool bat
   return r;
 }
 
-size_t argmax(const float* x, size_t n) { return static_cast<size_t>(std::max_element(x, x + n) - x); }
+size_t argmax(const float* x, size_t n) {
+  return static_cast<size_t>(std::max_element(x, x + n) - x);
+}
 
 // Max abs error, identical argmax per position, identical routed experts.
 void expect_matches(const Reference& ref, const RunResult& got, const std::vector<float>& want,
@@ -99,7 +101,8 @@ void expect_matches(const Reference& ref, const RunResult& got, const std::vecto
   SCOPED_TRACE(what);
   ASSERT_EQ(got.logits.size(), want.size());
   float max_err = 0.0f;
-  for (size_t i = 0; i < want.size(); ++i) max_err = std::max(max_err, std::abs(got.logits[i] - want[i]));
+  for (size_t i = 0; i < want.size(); ++i)
+    max_err = std::max(max_err, std::abs(got.logits[i] - want[i]));
   EXPECT_LT(max_err, kTolerance);
   const auto V = static_cast<size_t>(ref.vocab);
   for (size_t t = 0; t < ref.tokens.size(); ++t) {
@@ -109,7 +112,9 @@ void expect_matches(const Reference& ref, const RunResult& got, const std::vecto
   std::printf("[ hf-ref ] %-40s max abs %.3g\n", what.c_str(), static_cast<double>(max_err));
 }
 
-int run_cli(const std::string& args) { return test_support::run_cli(args).status; }
+int run_cli(const std::string& args) {
+  return test_support::run_cli(args).status;
+}
 
 class HfReference : public testing::TestWithParam<std::string> {};
 
@@ -142,10 +147,10 @@ TEST_P(HfReference, OffloadedLinksGiveTheResidentOutput) {
   const Reference ref = load_reference(name);
   auto m = model::Model::load(kData / name);
   auto decode_all = [&](const std::string& link) {
-    Engine e(*m, {.context = 32,
-                  .policy = "exact:evict=lru",
-                  .cache_slots = m->config().experts / 2,
-                  .link = link});
+    EngineParams params =
+        test_support::offload_params(*m, "exact:evict=lru", m->config().experts / 2, link);
+    params.context = 32;
+    Engine e(*m, params);
     std::vector<float> out;
     for (int32_t t : ref.tokens) {
       const std::span<const float> l = e.decode(t);

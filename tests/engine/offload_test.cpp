@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "trace/calibration_file.hpp"
@@ -33,7 +34,7 @@ fs::path temp(const std::string& name) {
 struct Outcome {
   std::vector<float> logits;  // [tokens][vocab]
   RoutingRecord record;
-  schedule::RunTotals totals;  // scheduler totals (empty without a link)
+  CacheStats totals;  // the expert cache's (copies: zero without a link)
 };
 
 std::vector<int32_t> tokens(int vocab, int n) {
@@ -61,7 +62,7 @@ Outcome run(const model::Model& m, EngineParams p) {
       r.logits.insert(r.logits.end(), l.begin(), l.end());
     }
   }
-  if (const auto* s = e.offload().scheduler()) r.totals = s->totals();
+  r.totals = e.cache_stats();
   return r;
 }
 
@@ -76,7 +77,7 @@ class OffloadTiny : public ::testing::Test {
     delete calib_;
   }
   static EngineParams params(const std::string& policy, int cache, const std::string& link) {
-    return {.policy = policy, .cache_slots = cache, .calibration = calib_, .link = link};
+    return test_support::offload_params(*model_, policy, cache, link, calib_);
   }
   static model::Model* model_;
   static policy::Calibration* calib_;
@@ -95,22 +96,26 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
       int threads;
       double delay_s;
     };
-    const std::vector<Variant> variants = {
-        {"disk", 2, 1, 0},          {"disk", 1, 2, 0},          {"emulated:50", 4, 1, 0},
-        {"emulated:0.5,30", 1, 1, 0}, {"emulated:20,5", 2, 2, 200e-6},
-        {"sim:rtx4090-olmoe", 1, 1, 0}, {"sim:rtx4090-olmoe", 4, 1, 0}, {"sim:cpu-disk-olmoe", 2, 1, 0}};
+    const std::vector<Variant> variants = {{"disk", 2, 1, 0},
+                                           {"disk", 1, 2, 0},
+                                           {"emulated:50", 4, 1, 0},
+                                           {"emulated:0.5,30", 1, 1, 0},
+                                           {"emulated:20,5", 2, 2, 200e-6},
+                                           {"sim:rtx4090-olmoe", 1, 1, 0},
+                                           {"sim:rtx4090-olmoe", 4, 1, 0},
+                                           {"sim:cpu-disk-olmoe", 2, 1, 0}};
     for (const Variant& v : variants) {
       SCOPED_TRACE(v.link + " max_inflight " + std::to_string(v.max_inflight) + " threads " +
                    std::to_string(v.threads) + " delay " + std::to_string(v.delay_s));
       EngineParams p = params(policy, 32, v.link);
-      p.max_inflight = v.max_inflight;
+      p.offload.max_inflight = v.max_inflight;
       p.threads = v.threads;
       p.test_copy_delay_max_s = v.delay_s;
       const Outcome got = run(*model_, p);
       EXPECT_EQ(got.record.selected, reference.record.selected);
       EXPECT_EQ(got.logits, reference.logits);  // bit for bit
       // Copies were really made (and only logical copies can be compared across schedules).
-      EXPECT_GT(got.totals.demand + got.totals.prefetch_enqueued, 0);
+      EXPECT_GT(got.totals.demand + got.totals.prefetch, 0);
     }
   }
 }
@@ -134,7 +139,7 @@ TEST_F(OffloadTiny, PhysicalRoutingDependsOnTheScheduleLogicalRoutingDoesNot) {
   const std::string physical = "physical:psr:lambda=0.3,n=8";
   auto with = [&](const std::string& policy, const std::string& link, int inflight) {
     EngineParams p = params(policy, 16, link);
-    p.max_inflight = inflight;
+    p.offload.max_inflight = inflight;
     return run(*model_, p);
   };
   const Outcome a = with(physical, "sim:rtx4090-olmoe", 1);
@@ -155,10 +160,10 @@ TEST_F(OffloadTiny, PrefetchesAreCopiedAheadOfTheirLayer) {
   // makes only demand copies. (Counts, not times: the figures are the scheduler's.)
   const Outcome psr = run(*model_, params("psr:lambda=0.3,n=1", 32, "emulated:100"));
   const Outcome lru = run(*model_, params("exact:evict=lru", 32, "emulated:100"));
-  EXPECT_GT(psr.totals.prefetch_enqueued, 0);
+  EXPECT_GT(psr.totals.prefetch, 0);
   EXPECT_GT(psr.totals.prefetch_in_time, 0);
   EXPECT_LT(psr.totals.demand, lru.totals.demand);
-  EXPECT_EQ(lru.totals.prefetch_enqueued, 0);
+  EXPECT_EQ(lru.totals.prefetch, 0);
 }
 
 TEST_F(OffloadTiny, DiskLinkRejectsAModelFileModifiedWhileServed) {
@@ -222,17 +227,19 @@ TEST(OffloadMemory, DiskLinkResidentMemoryIsTheCacheNotTheExperts) {
   const long before = rss_kib();
   uint64_t slot_bytes = 0;
   {
-    Engine e(*m, {.context = 64, .policy = "exact:evict=lru", .cache_slots = 8, .link = "disk"});
-    slot_bytes = e.experts().slot_memory_bytes();
+    EngineParams params = test_support::offload_params(*m, "exact:evict=lru", 8, "disk");
+    params.context = 64;
+    Engine e(*m, params);
+    slot_bytes = e.expert_cache().slot_memory_bytes();
     for (int32_t t : tokens(300, 48)) e.decode(t);
-    const auto& totals = e.offload().scheduler()->totals();
+    const CacheStats totals = e.cache_stats();
     // Far more bytes went through the slots than they hold: the experts were really streamed.
     EXPECT_GT(static_cast<uint64_t>(totals.bytes), 2 * slot_bytes);
     const long grown_kib = rss_kib() - before;
     const uint64_t file = fs::file_size(gguf);
     const model::SwigluWeights& ex = m->layer(0).experts[0];
-    const uint64_t expert = model::matrix_bytes(ex.gate) + model::matrix_bytes(ex.up) +
-                            model::matrix_bytes(ex.down);
+    const uint64_t expert =
+        model::matrix_bytes(ex.gate) + model::matrix_bytes(ex.up) + model::matrix_bytes(ex.down);
     // Non-expert weights read per token (attention, routers, head, one embedding row).
     const uint64_t non_expert = m->bytes_per_token() - 2 * 8 * expert;
     const uint64_t bound = slot_bytes + non_expert + (24u << 20);  // + KV, scratch, threads

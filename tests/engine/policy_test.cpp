@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "../offload_params.hpp"
 #include "engine/engine.hpp"
 
 namespace steermoe::engine {
@@ -21,7 +22,10 @@ struct Recorded {
 
 Recorded run(const model::Model& m, const std::string& policy, int cache, bool batched) {
   Recorded r;
-  Engine e(m, {.context = 40, .max_batch = 16, .policy = policy, .cache_slots = cache});
+  EngineParams params = test_support::offload_params(m, policy, cache);
+  params.context = 40;
+  params.max_batch = 16;
+  Engine e(m, params);
   e.set_recorder(&r.record);
   std::vector<int32_t> ids;
   for (int i = 0; i < 40; ++i) ids.push_back((i * 53 + 7) % m.config().vocab);

@@ -3,6 +3,7 @@
 // Table 1 in simulation), and no allocation on the hot path.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,22 @@ struct Case {
   int max_inflight;
 };
 
+// The rows of step `t` of a trace as the step's driver; `on_routed` sees every decision.
+struct RowDriver final : LayerDriver {
+  const TraceView& v;
+  int64_t t = 0;
+  std::function<void(int, const policy::Decision&)> on_routed;
+  explicit RowDriver(const TraceView& view) : v(view) {}
+  LayerScores scores(int l) override {
+    return {.z = v.score_row(t, l),
+            .pregate_next = l + 1 < v.layers ? v.pregate_row(t, l + 1) : std::span<const float>{}};
+  }
+  void routed(int l, int /*position*/, const policy::Decision& d,
+              std::span<const float> /*pregate*/) override {
+    if (on_routed) on_routed(l, d);
+  }
+};
+
 // The FNV-1a hash the simulator computes over (step, layer, S), from a logical-only step with
 // no link and no scheduler at all (what `replay` does).
 uint64_t replay_hash(const SyntheticTrace& trace, const policy::PolicyConfig& config,
@@ -53,23 +70,23 @@ uint64_t replay_hash(const SyntheticTrace& trace, const policy::PolicyConfig& co
       h *= 1099511628211ull;
     }
   };
+  RowDriver driver(v);
+  driver.on_routed = [&](int l, const policy::Decision& d) {
+    *demand += static_cast<int64_t>(d.demand.size());
+    // Part 1 insertions for layer l (made in H(l-1)): every layer's once per token.
+    *prefetch += static_cast<int64_t>(d.prefetch.size());
+    in(driver.t);
+    in(l);
+    for (int32_t e : d.selected) in(e);
+  };
   size_t next = 0;
   for (int64_t t = 0; t < v.steps(); ++t) {
     if (next < trace.starts.size() && trace.starts[next] == t) {
       step.begin_request();
       ++next;
     }
-    step.begin_token(v.tokens[static_cast<size_t>(t)]);
-    for (int l = 0; l < v.layers; ++l) {
-      const std::span<const float> pregate_next =
-          l + 1 < v.layers ? v.pregate_row(t, l + 1) : std::span<const float>{};
-      const policy::Decision& d = step.host(l, v.score_row(t, l), {}, pregate_next);
-      *demand += static_cast<int64_t>(d.demand.size());
-      if (l + 1 < v.layers) *prefetch += static_cast<int64_t>(step.router().decision(l + 1).prefetch.size());
-      in(t);
-      in(l);
-      for (int32_t e : d.selected) in(e);
-    }
+    driver.t = t;
+    step.run_token(v.tokens[static_cast<size_t>(t)], driver);
   }
   return h;
 }
@@ -262,17 +279,11 @@ TEST(Simulator, HotPathAllocatesNothingAfterWarmUp) {
                      {.cache_slots = slots, .max_inflight = 2, .expert_bytes = 1000}, &link);
     step.simulate_compute(&link, &profile);
     step.begin_request();
+    RowDriver driver(v);
     for (int64_t t = 0; t < v.steps(); ++t) {
       if (t == 50) steermoe::testing::start_counting_allocations();  // warm-up over
-      step.begin_token(v.tokens[static_cast<size_t>(t)]);
-      for (int l = 0; l < 4; ++l) {
-        step.begin_layer(l);
-        step.host(l, v.score_row(t, l), {},
-                  l + 1 < 4 ? v.pregate_row(t, l + 1) : std::span<const float>{});
-        step.wait(l);
-        step.end_layer(l);
-      }
-      step.end_token();
+      driver.t = t;
+      step.run_token(v.tokens[static_cast<size_t>(t)], driver);
     }
     const TransferScheduler& scheduler = *step.scheduler();
     EXPECT_EQ(steermoe::testing::stop_counting_allocations(), 0) << text;

@@ -25,6 +25,7 @@
 #include <thread>
 #include <vector>
 
+#include "../offload_params.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
 #include "server/http_server.hpp"
@@ -61,13 +62,17 @@ Shared& shared() {
 // A server on a free loopback port, serving on its own thread.
 class Running {
  public:
-  explicit Running(ServerOptions o = {}) {
+  // `offload`: the server's --policy, --cache and --link (the tiny model's calibration added).
+  explicit Running(ServerOptions o = {}, schedule::OffloadRequest offload = {}) {
     Shared& s = shared();
     o.host = "127.0.0.1";
     o.port = 0;
     o.quiet = true;
     o.model_name = "steer-olmoe-tiny";
-    o.worker.engine.calibration = s.calib.get();
+    offload.calibration = std::shared_ptr<const policy::Calibration>(
+        s.calib.get(), [](const policy::Calibration*) {});
+    offload.calibration_source = "calib.smcal";
+    o.worker.engine.offload = engine::resolve_offload(*s.model, offload);
     server_ = std::make_unique<HttpServer>(*s.model, *s.tok, o);
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->serve(); });
@@ -109,8 +114,8 @@ std::vector<int32_t> ids_of(const std::string& text) {
 std::vector<double> engine_logprobs(const std::vector<int32_t>& ids, const std::string& policy,
                                     int cache) {
   Shared& s = shared();
-  engine::Engine e(*s.model,
-                   {.policy = policy, .cache_slots = cache, .calibration = s.calib.get()});
+  engine::Engine e(*s.model, steermoe::test_support::offload_params(*s.model, policy, cache,
+                                                                    "resident", s.calib.get()));
   const auto V = static_cast<size_t>(s.model->config().vocab);
   std::vector<float> logits(ids.size() * V);
   e.prefill(ids, logits);
@@ -283,10 +288,7 @@ TEST(Server, PerRequestPolicyIsUsedAndReported) {
 TEST(Server, CopiesComeFromTheLink) {
   // With a simulated link the engine makes copies, and each response reports its own.
   ServerOptions o;
-  o.worker.engine.link = "sim:rtx4090-olmoe";
-  o.worker.engine.policy = "exact:evict=lru";
-  o.worker.engine.cache_slots = 32;
-  Running r(o);
+  Running r(o, {.policy = "exact:evict=lru", .cache = 32, .link = "sim:rtx4090-olmoe"});
   int status = 0;
   json res = post(r, "/v1/completions",
                   {{"prompt", "import os\n"}, {"max_tokens", 8}, {"temperature", 0}}, &status);

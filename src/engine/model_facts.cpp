@@ -1,0 +1,24 @@
+#include "engine/model_facts.hpp"
+
+namespace steermoe::engine {
+
+policy::RouterSpec router_spec(const model::ModelConfig& c) {
+  policy::RouterSpec s;
+  s.experts = c.experts;
+  s.top_k = c.top_k;
+  s.layers = c.moe_layer_count();
+  s.mode = c.router == model::RouterScore::kSigmoid ? policy::ScoreMode::kSigmoid
+                                                    : policy::ScoreMode::kSoftmax;
+  s.n_group = c.n_group;
+  s.topk_group = c.topk_group;
+  s.norm_topk_prob = c.norm_topk_prob;
+  s.routed_scaling_factor = c.routed_scaling_factor;
+  s.default_window = c.family == model::Family::kDeepseekV3 ? 4 : 8;
+  return s;
+}
+
+schedule::ModelFacts model_facts(const model::Model& model) {
+  return {.spec = router_spec(model.config()), .name = model.path().string()};
+}
+
+}  // namespace steermoe::engine

@@ -1,0 +1,79 @@
+#include "schedule/offload_config.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.hpp"
+
+namespace steermoe::schedule {
+
+namespace {
+
+int resolve_cache(const OffloadRequest& r, const policy::RouterSpec& spec) {
+  if (r.cache > 0 && r.residency > 0)
+    fail("--residency", "value", "expected either --cache or --residency, not both");
+  if (r.cache < 0) fail("--cache", "value", "expected >= 0, found {}", r.cache);
+  if (!(r.residency >= 0.0 && r.residency <= 1.0))
+    fail("--residency", "value", "expected a fraction in (0, 1], found {}", r.residency);
+  if (spec.layers == 0) return 0;  // a dense model has no expert cache
+  if (r.cache > 0) return r.cache;
+  if (r.residency > 0) {
+    const int c = static_cast<int>(std::lround(r.residency * spec.experts));
+    return std::clamp(c, spec.top_k, spec.experts);
+  }
+  return spec.experts;
+}
+
+// Exact routing with the LRU clock needs nothing calibrated, nor does a cache of every expert;
+// everything else uses the warm set, the score range or the token prior.
+bool needs_calibration(const policy::PolicyConfig& p, int cache, const policy::RouterSpec& spec) {
+  if (spec.layers == 0 || cache >= spec.experts) return false;
+  return !(p.kind == policy::PolicyKind::kExact && p.evict == policy::Evict::kLru);
+}
+
+}  // namespace
+
+OffloadConfig::OffloadConfig() = default;
+
+OffloadRequest OffloadConfig::request() const {
+  return {.policy = policy_text(),
+          .cache = cache_slots,
+          .link = link.text,
+          .max_inflight = max_inflight,
+          .verify = verify,
+          .calibration = calibration_source.empty() ? nullptr : calibration,
+          .calibration_source = calibration_source};
+}
+
+OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) {
+  const policy::RouterSpec& spec = model.spec;
+  const bool dense = spec.layers == 0;
+  OffloadConfig c;
+  c.policy = policy::parse_policy(r.policy);
+  c.cache_slots = resolve_cache(r, spec);
+  policy::validate(c.policy, spec, c.cache_slots);
+  c.link = link::parse_link_spec(dense ? "resident" : r.link);
+  if (r.max_inflight < 1 || r.max_inflight > 1024)
+    fail("engine", "--max-inflight", "expected 1..1024, found {}", r.max_inflight);
+  c.max_inflight = r.max_inflight;
+  c.verify = r.verify;
+  if (r.calibration != nullptr && !dense) {
+    policy::check_calibration_shape(
+        *r.calibration, spec, r.calibration_source.empty() ? "calibration" : r.calibration_source,
+        "layers/experts/top_k", "the model's");
+    c.calibration = r.calibration;
+    c.calibration_source = r.calibration_source;
+  } else {
+    if (needs_calibration(c.policy, c.cache_slots, spec))
+      fail("--calib", "calibration",
+           "policy '{}' at {} of {} experts needs a calibration (warm set, score range, token "
+           "prior): give --calib FILE.smcal (make one with `steermoe trace` + `steermoe "
+           "calibrate`); none found beside {}",
+           r.policy, c.cache_slots, spec.experts, model.name);
+    c.calibration =
+        std::make_shared<const policy::Calibration>(policy::uninformed_calibration(spec));
+  }
+  return c;
+}
+
+}  // namespace steermoe::schedule

@@ -1,0 +1,63 @@
+// The one resolved offload configuration: the user's words (policy string, cache size or
+// residency, link, max_inflight, calibration) turned once into a typed, validated value that
+// the CLI, the server and the Python module hand to the engine or the step. Every default and
+// every cross-check of these options lives in resolve_offload() and nowhere else.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "link/link_spec.hpp"
+#include "policy/calibration.hpp"
+#include "policy/config.hpp"
+
+namespace steermoe::schedule {
+
+// What the user asked for, as given.
+struct OffloadRequest {
+  std::string policy = "exact:evict=lru";  // routing policy string
+  int cache = 0;                           // slots per MoE layer; 0 = from residency, else all
+  double residency = 0.0;                  // fraction of each layer's experts cached; 0 = not given
+  std::string link = "resident";           // --link value
+  int max_inflight = 2;                    // prefetch copies in flight at a layer boundary
+  bool verify = false;                     // disk link: checksum every copied expert
+  // Loaded by the caller (or null: none found). Shared: engines and steps keep it alive.
+  std::shared_ptr<const policy::Calibration> calibration;
+  std::string calibration_source;  // its file, for messages
+};
+
+// The model facts the options are resolved against.
+struct ModelFacts {
+  policy::RouterSpec spec;  // layers = MoE layers (0 for a dense model)
+  std::string name;         // the model's path, for messages
+};
+
+// Resolved and validated.
+struct OffloadConfig {
+  // Out of line: GCC 12 at -O3 reports the inlined default member initializers of this struct
+  // inside designated-initializer temporaries as "maybe uninitialized" (a false positive).
+  OffloadConfig();
+  policy::PolicyConfig policy;  // parsed once
+  int cache_slots = 0;          // C per MoE layer (K <= C <= E); 0 for a dense model
+  link::LinkSpec link;          // parsed; resident for a dense model
+  int max_inflight = 2;         // 1..1024
+  bool verify = false;
+  // Never null: the given calibration, or an uninformed one (exact LRU and C = E need nothing).
+  std::shared_ptr<const policy::Calibration> calibration;
+  std::string calibration_source;  // "" when uninformed
+
+  std::string policy_text() const { return policy.to_string(); }  // canonical
+  // The request that resolves to this configuration (to resolve a variant of it: another
+  // policy or cache size with the same link and calibration).
+  OffloadRequest request() const;
+};
+
+// Resolves `request` for a model. C = --cache, else round(residency * E) clamped to [K, E], else
+// E. A dense model (spec.layers == 0) routes nothing: the policy is still parsed (a typo stays an
+// error) but the cache, the link and the calibration are no-ops. Throws steermoe::Error naming
+// the option for: both --cache and --residency, a policy that does not fit the model or the
+// cache, a calibration of another shape, a cache-aware policy below C = E without a
+// calibration, a bad --link, max_inflight outside 1..1024.
+OffloadConfig resolve_offload(const OffloadRequest& request, const ModelFacts& model);
+
+}  // namespace steermoe::schedule
