@@ -12,8 +12,6 @@
 #include <utility>
 
 #include "common/error.hpp"
-#include "common/input_file.hpp"
-#include "common/mapped_ranges.hpp"
 
 namespace steermoe::model {
 namespace {
@@ -22,88 +20,9 @@ std::string errno_text(int error) {
   return std::generic_category().message(error);
 }
 
-// Closes a file descriptor on scope exit.
-struct FdGuard {
-  int fd;
-  ~FdGuard() {
-    if (fd >= 0) ::close(fd);
-  }
-};
-
 constexpr size_t kOutputBufferBytes = size_t{4} << 20;
 
 }  // namespace
-
-MappedFile MappedFile::open(const std::filesystem::path& path) {
-  const std::string where = path.string();
-  // Refuses directories, FIFOs and devices without blocking (common/input_file.hpp).
-  const InputFile input = open_input_file(path, "a model or data file");
-  MappedFile file;
-  file.path_ = path;
-  file.size_ = input.size();
-  file.identity_ = input.identity();
-  if (file.size_ == 0) return file;  // mmap of length 0 is invalid; an empty view is enough
-  void* p = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, input.fd(), 0);
-  if (p == MAP_FAILED)
-    fail(where, "open", "cannot mmap {} bytes ({})", file.size_, errno_text(errno));
-  file.data_ = static_cast<const std::byte*>(p);
-  // A read of a page the file no longer has (truncated while mapped) becomes a clean error exit
-  // naming the file instead of a SIGBUS death (common/mapped_ranges.hpp).
-  register_mapped_range(file.data_, static_cast<size_t>(file.size_), where);
-  return file;
-}
-
-void MappedFile::check_unchanged() const {
-  if (path_.empty()) return;
-  const FileIdentity now = file_identity(path_);
-  if (now.inode == 0) return;  // removed: the mapping keeps the old inode alive and valid
-  if (now.device == identity_.device && now.inode == identity_.inode &&
-      (now.size != identity_.size || now.mtime_ns != identity_.mtime_ns)) {
-    fail(path_.string(), "file", "the file changed while being loaded ({} bytes when opened, {} "
-         "now); expected it unchanged while in use", identity_.size, now.size);
-  }
-}
-
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      path_(std::move(other.path_)),
-      identity_(other.identity_) {
-  other.path_.clear();
-}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    release();
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    path_ = std::move(other.path_);
-    identity_ = other.identity_;
-    other.path_.clear();
-  }
-  return *this;
-}
-
-MappedFile::~MappedFile() {
-  release();
-}
-
-void MappedFile::release() noexcept {
-  if (data_ != nullptr) unregister_mapped_range(data_);
-  if (data_ != nullptr) ::munmap(const_cast<std::byte*>(data_), static_cast<size_t>(size_));
-  data_ = nullptr;
-  size_ = 0;
-}
-
-void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
-  if (data_ == nullptr || offset >= size_ || length == 0) return;
-  length = std::min(length, size_ - offset);
-  // madvise needs a page-aligned start.
-  const auto page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t start = offset / page * page;
-  ::madvise(const_cast<std::byte*>(data_) + start, static_cast<size_t>(offset + length - start),
-            MADV_WILLNEED);
-}
 
 OutputFile::OutputFile(std::filesystem::path path)
     : path_(std::move(path)), tmp_path_(path_.string() + ".tmp") {

@@ -1,5 +1,5 @@
-// Read-only memory-mapped files (weights are used in place, never copied) and a buffered,
-// atomically committed output file used by the GGUF and safetensors writers.
+// The buffered, atomically committed output file the GGUF and safetensors writers stream into.
+// (Weights are read in place through steermoe::MappedFile, common/mapped_file.hpp.)
 #pragma once
 
 #include <cstddef>
@@ -10,45 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "common/input_file.hpp"
+#include "common/mapped_file.hpp"
 
 namespace steermoe::model {
-
-// A whole file mapped read-only (PROT_READ, MAP_PRIVATE). Move-only; unmaps on destruction.
-// An empty file maps to an empty span (data() == nullptr, size() == 0).
-class MappedFile {
- public:
-  MappedFile() = default;
-  // Throws steermoe::Error "<path>: open: <reason>" if the file cannot be opened or mapped.
-  static MappedFile open(const std::filesystem::path& path);
-
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  MappedFile(const MappedFile&) = delete;
-  MappedFile& operator=(const MappedFile&) = delete;
-  ~MappedFile();
-
-  const std::byte* data() const { return data_; }
-  uint64_t size() const { return size_; }
-  std::span<const std::byte> bytes() const { return {data_, static_cast<size_t>(size_)}; }
-  const std::filesystem::path& path() const { return path_; }
-  bool is_open() const { return data_ != nullptr || !path_.empty(); }
-
-  // Throws steermoe::Error naming the file if it changed (size or mtime) since it was opened.
-  // A fault reading a page the file lost while mapped exits cleanly (common/mapped_ranges.hpp).
-  void check_unchanged() const;
-
-  // Hint that a byte range will be read soon (madvise WILLNEED); a no-op for bad ranges.
-  void prefetch(uint64_t offset, uint64_t length) const;
-
- private:
-  void release() noexcept;
-
-  const std::byte* data_ = nullptr;
-  uint64_t size_ = 0;
-  std::filesystem::path path_;
-  FileIdentity identity_;
-};
 
 // Sequential writer to `<path>.tmp`, renamed onto `path` by commit(); if the object is destroyed
 // without commit() the temporary file is removed, so a failed conversion never leaves a

@@ -5,8 +5,8 @@
 #include <fstream>
 
 #include "common/error.hpp"
+#include "common/mapped_file.hpp"
 #include "common/output_file.hpp"
-#include "trace/mapped_file.hpp"
 
 namespace steermoe::trace {
 namespace {
@@ -266,13 +266,15 @@ policy::Calibration decode_calibration(std::span<const uint8_t> bytes, const std
 void write_calibration(const std::filesystem::path& path, const policy::Calibration& calibration) {
   const std::vector<uint8_t> bytes = encode_calibration(calibration);
   // Temporary name + rename: an interrupted or failed write leaves no truncated .smcal.
-  write_file_atomic(path, std::string_view(reinterpret_cast<const char*>(bytes.data()),
-                                           bytes.size()));
+  write_file_atomic(path,
+                    std::string_view(reinterpret_cast<const char*>(bytes.data()), bytes.size()));
 }
 
 policy::Calibration read_calibration(const std::filesystem::path& path) {
-  const MappedFile file(path);
-  return decode_calibration(file.bytes(), path.string());
+  const MappedFile file = MappedFile::open(path, "a trace or calibration file");
+  const std::span<const std::byte> bytes = file.bytes();
+  return decode_calibration({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
+                            path.string());
 }
 
 }  // namespace steermoe::trace

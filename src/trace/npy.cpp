@@ -8,7 +8,7 @@
 #include <optional>
 #include <string_view>
 
-#include "trace/mapped_file.hpp"
+#include "common/mapped_file.hpp"
 
 namespace steermoe::trace {
 namespace {
@@ -290,8 +290,11 @@ void NpyArray::adopt(std::span<const uint8_t> file, const std::string& where,
 
 NpyArray NpyArray::open(const std::filesystem::path& path, std::initializer_list<DType> accepted) {
   NpyArray array;
-  array.mapped_ = std::make_shared<const MappedFile>(path);
-  array.adopt(array.mapped_->bytes(), path.string(), accepted);
+  array.mapped_ =
+      std::make_shared<const MappedFile>(MappedFile::open(path, "a trace or calibration file"));
+  const std::span<const std::byte> bytes = array.mapped_->bytes();
+  array.adopt({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, path.string(),
+              accepted);
   return array;
 }
 

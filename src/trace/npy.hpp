@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/mapped_file.hpp"
 
 namespace steermoe::trace {
 
@@ -55,8 +56,6 @@ NpyHeader parse_npy_header(std::span<const uint8_t> file, const std::string& whe
 // of 64 so the data is aligned.
 std::vector<uint8_t> encode_npy_header(DType dtype, std::span<const uint64_t> shape,
                                        size_t min_total = 0);
-
-class MappedFile;
 
 // A validated, read-only `.npy` array: memory-mapped from a file or held in memory. Cheap to
 // move; element data stays valid as long as the array lives.

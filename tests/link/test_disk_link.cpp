@@ -49,7 +49,7 @@ class DiskLinkTest : public ::testing::TestWithParam<Variant> {
   }
 
   void TearDown() override {
-    m_.map = model::MappedFile();
+    m_.map = MappedFile();
     std::filesystem::remove_all(m_.path.parent_path());
   }
 

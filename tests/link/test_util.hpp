@@ -59,7 +59,7 @@ inline void write_pattern_file(const fs::path& path, uint64_t size, uint64_t see
 // the aligned over-read runs past the end of the file).
 struct SyntheticModel {
   fs::path path;
-  model::MappedFile map;
+  MappedFile map;
   ExpertLayout layout;
 };
 
@@ -69,7 +69,7 @@ inline SyntheticModel make_synthetic(const fs::path& dir, int32_t layers, int32_
   SyntheticModel m;
   m.path = dir / "experts.bin";
   write_pattern_file(m.path, file_size, seed);
-  m.map = model::MappedFile::open(m.path);
+  m.map = MappedFile::open(m.path);
   std::vector<int32_t> model_layers;
   for (int32_t l = 0; l < layers; ++l) model_layers.push_back(2 * l + 1);  // every other layer
   m.layout = ExpertLayout({{m.path, file_size}}, model_layers, experts);
