@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc_counter.hpp"
+#include "../alloc_counter.hpp"
 #include "link/simulated_link.hpp"
 #include "policy/router.hpp"
 #include "schedule/offload_step.hpp"
@@ -263,7 +263,7 @@ TEST(Simulator, HotPathAllocatesNothingAfterWarmUp) {
     step.simulate_compute(&link, &profile);
     step.begin_request();
     for (int64_t t = 0; t < v.steps(); ++t) {
-      if (t == 50) steermoe::testing::start_counting_allocations();  // warm-up over
+      if (t == 50) steermoe::test_support::start_counting_allocations();  // warm-up over
       step.begin_token(v.tokens[static_cast<size_t>(t)]);
       for (int l = 0; l < 4; ++l) {
         step.begin_layer(l);
@@ -275,7 +275,7 @@ TEST(Simulator, HotPathAllocatesNothingAfterWarmUp) {
       step.end_token();
     }
     const TransferScheduler& scheduler = *step.scheduler();
-    EXPECT_EQ(steermoe::testing::stop_counting_allocations(), 0) << text;
+    EXPECT_EQ(steermoe::test_support::stop_counting_allocations(), 0) << text;
     EXPECT_GT(scheduler.totals().demand + scheduler.totals().prefetch_enqueued, 100) << text;
   }
 }
