@@ -4,17 +4,6 @@
 //
 //   bench_kernels --benchmark_filter='ReadBandwidth|MatvecBF16'    # bandwidth floor vs matvec
 #include <benchmark/benchmark.h>
-
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <time.h>
 
 #include <cmath>

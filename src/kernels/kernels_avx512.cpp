@@ -1,18 +1,6 @@
 // AVX-512F implementations (and the AVX-512 BF16 variant of the BF16 matrix products). Functions
 // carry target attributes instead of the file being built with -mavx512f, so nothing compiled
 // here can leak AVX-512 code into other translation units (inline functions, templates).
-// GCC 12's AVX-512 intrinsics build "undefined" vectors by self-initialisation, which its
-// -Wuninitialized reports after inlining; the warning points into the header, so silence it there.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -20,6 +8,7 @@
 #include <type_traits>
 
 #include "common/error.hpp"
+#include "kernels/intrinsics.hpp"
 #include "kernels/kernels_internal.hpp"
 #include "kernels/quant_internal.hpp"
 
@@ -28,74 +17,31 @@ namespace {
 
 #define SM_TARGET __attribute__((target("avx512f,avx2,fma,f16c")))
 
+#include "kernels/simd_x86.inc"
+
 struct Simd {
-  using V = __m512;
-  static constexpr size_t kLanes = 16;
-  // 4 rows x 4 tokens = 16 accumulators + 4 weight vectors + 1 input vector of 32 registers.
-  static constexpr int kTileRows = 4;
-  static constexpr int kTileTokens = 4;
+  SM_SIMD_X86_TRAITS(512, /*tile_tokens=*/4)
 
-  SM_TARGET static V zero() { return _mm512_setzero_ps(); }
-  SM_TARGET static V set1(float a) { return _mm512_set1_ps(a); }
-  SM_TARGET static V load(const float* p) { return _mm512_loadu_ps(p); }
-  SM_TARGET static void store(float* p, V v) { _mm512_storeu_ps(p, v); }
-  SM_TARGET static V add(V a, V b) { return _mm512_add_ps(a, b); }
-  SM_TARGET static V sub(V a, V b) { return _mm512_sub_ps(a, b); }
-  SM_TARGET static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  SM_TARGET static V div(V a, V b) { return _mm512_div_ps(a, b); }
-  SM_TARGET static V max(V a, V b) { return _mm512_max_ps(a, b); }
-  SM_TARGET static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
-  SM_TARGET static V swap_pairs(V v) { return _mm512_permute_ps(v, 0xB1); }
-
-  SM_TARGET static V load_bf16(const uint16_t* p) {
-    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  // The 16-bit elements of one vector (bf16 or f16), as integers.
+  SM_TARGET static __m256i load_halves(const uint16_t* p) {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   }
-  SM_TARGET static V load_f16(const uint16_t* p) {
-    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  // Fixed tree: 16 -> 8 (lower half op upper half), then the 8-lane tree.
+  SM_TARGET static __m256 low(V v) { return _mm512_castps512_ps256(v); }
+  SM_TARGET static __m256 high(V v) {
+    return _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
   }
-
-  // Fixed tree: 16 -> 8 -> 4 -> 2 -> 1.
-  SM_TARGET static float hsum(V v) {
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    const __m256 s8 = _mm256_add_ps(lo, hi);
-    const __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
-    const __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
-    const __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 0x55));
-    return _mm_cvtss_f32(s1);
+  SM_TARGET static float hsum(V v) { return hsum8(_mm256_add_ps(low(v), high(v))); }
+  SM_TARGET static float hmax(V v) { return hmax8(_mm256_max_ps(low(v), high(v))); }
+  SM_TARGET static V round_nearest(V v) {
+    return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
   }
-  SM_TARGET static float hmax(V v) {
-    const __m256 lo = _mm512_castps512_ps256(v);
-    const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1));
-    const __m256 m8 = _mm256_max_ps(lo, hi);
-    const __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-    const __m128 m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    return _mm_cvtss_f32(_mm_max_ss(m2, _mm_shuffle_ps(m2, m2, 0x55)));
+  // Per lane: x > t ? a : b, and x < t ? a : b.
+  SM_TARGET static V select_gt(V x, V t, V a, V b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, t, _CMP_GT_OQ), b, a);
   }
-
-  // exp with Cephes' range reduction and polynomial (about 1 ulp over the normal range); inputs
-  // below -87 give 0 and above ln(FLT_MAX) give +inf.
-  SM_TARGET static V exp(V x) {
-    const V xc = _mm512_min_ps(_mm512_max_ps(x, set1(-87.0f)), set1(88.37f));
-    const V n = _mm512_roundscale_ps(mul(xc, set1(1.44269504088896341f)),
-                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    V r = _mm512_fnmadd_ps(n, set1(0.693359375f), xc);
-    r = _mm512_fnmadd_ps(n, set1(-2.12194440e-4f), r);
-    V poly = set1(1.9875691500e-4f);
-    poly = fmadd(poly, r, set1(1.3981999507e-3f));
-    poly = fmadd(poly, r, set1(8.3334519073e-3f));
-    poly = fmadd(poly, r, set1(4.1665795894e-2f));
-    poly = fmadd(poly, r, set1(1.6666665459e-1f));
-    poly = fmadd(poly, r, set1(5.0000001201e-1f));
-    const V y = add(fmadd(poly, mul(r, r), r), set1(1.0f));
-    const __m512i bits =
-        _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
-    V result = mul(y, _mm512_castsi512_ps(bits));
-    const __mmask16 over = _mm512_cmp_ps_mask(x, set1(88.72283905206835f), _CMP_GT_OQ);
-    const __mmask16 under = _mm512_cmp_ps_mask(x, set1(-87.0f), _CMP_LT_OQ);
-    result = _mm512_mask_blend_ps(over, result, set1(std::numeric_limits<float>::infinity()));
-    return _mm512_mask_blend_ps(under, result, zero());
+  SM_TARGET static V select_lt(V x, V t, V a, V b) {
+    return _mm512_mask_blend_ps(_mm512_cmp_ps_mask(x, t, _CMP_LT_OQ), b, a);
   }
 };
 
@@ -258,20 +204,13 @@ void bf16_matmul_rows(const Matrix& w, const float* x, size_t x_stride, size_t n
 }  // namespace
 
 const KernelTable& avx512_table() {
-  static const KernelTable table = [] {
-    KernelTable t{};
-    t.isa = Isa::kAvx512;
-    fill_table(t);
-    return t;
-  }();
+  static const KernelTable table = simd_table(Isa::kAvx512);
   return table;
 }
 
 const KernelTable& avx512_bf16_table() {
   static const KernelTable table = [] {
-    KernelTable t{};
-    t.isa = Isa::kAvx512Bf16;
-    fill_table(t);
+    KernelTable t = simd_table(Isa::kAvx512Bf16);
     t.matvec_rows = bf16_matvec_rows;
     t.matmul_rows = bf16_matmul_rows;
     return t;

@@ -1,18 +1,9 @@
 // Block-quantized products, AVX2: maddubs (u8 x s8 -> pairs of int16, exact for these ranges) then
 // madd with ones.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wuninitialized"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/intrinsics.hpp"
 #include "kernels/quant_internal.hpp"
 #include "quant/quant.hpp"
 

@@ -37,48 +37,24 @@ float dot_q8_0(const uint8_t* row, const ActQ8& a, size_t cols) {
   return acc;
 }
 
-float dot_q4_0(const uint8_t* row, const ActQ8& a, size_t cols) {
+// Q4_0, Q4_1, Q5_0 and Q5_1, per block of 32: a 4-bit low part per element (two per byte of
+// qs), for Q5 a fifth bit from the 32-bit qh. The _0 types centre q on 0 (minus 8 or 16); the _1
+// types add the block minimum m instead: (float)isum * (dw * dx) [+ m * (dx * sum q)].
+template <bool kFive, bool kMin>
+float dot_q4_q5(const uint8_t* row, const ActQ8& a, size_t cols) {
+  constexpr size_t kHeader = kMin ? 4 : 2;  // f16 d, and f16 m for the _1 types
+  constexpr size_t kQs = kHeader + (kFive ? 4 : 0);
+  constexpr int kOffset = kMin ? 0 : (kFive ? 16 : 8);
   float acc = 0.0f;
-  for (size_t b = 0; b < cols / 32; ++b, row += 18) {
+  for (size_t b = 0; b < cols / 32; ++b, row += kQs + 16) {
     const int8_t* q = a.q + b * 32;
+    uint32_t qh = 0;
+    if (kFive) std::memcpy(&qh, row + kHeader, 4);
+    const uint8_t* qs = row + kQs;
     int32_t isum = 0;
     for (int j = 0; j < 16; ++j) {
-      isum += ((row[2 + j] & 0xF) - 8) * q[j] + ((row[2 + j] >> 4) - 8) * q[j + 16];
-    }
-    acc += static_cast<float>(isum) * (f16(row) * a.d[b]);
-  }
-  return acc;
-}
-
-float dot_q4_1(const uint8_t* row, const ActQ8& a, size_t cols) {
-  float acc = 0.0f;
-  for (size_t b = 0; b < cols / 32; ++b, row += 20) {
-    const int8_t* q = a.q + b * 32;
-    int32_t isum = 0;
-    for (int j = 0; j < 16; ++j) isum += (row[4 + j] & 0xF) * q[j] + (row[4 + j] >> 4) * q[j + 16];
-    acc += static_cast<float>(isum) * (f16(row) * a.d[b]) + f16(row + 2) * a.s32[b];
-  }
-  return acc;
-}
-
-template <bool kMin>
-float dot_q5(const uint8_t* row, const ActQ8& a, size_t cols) {
-  constexpr size_t kBytes = kMin ? 24 : 22;
-  float acc = 0.0f;
-  for (size_t b = 0; b < cols / 32; ++b, row += kBytes) {
-    const int8_t* q = a.q + b * 32;
-    const uint8_t* p = row + (kMin ? 4 : 2);
-    uint32_t qh;
-    std::memcpy(&qh, p, 4);
-    const uint8_t* qs = p + 4;
-    int32_t isum = 0;
-    for (int j = 0; j < 16; ++j) {
-      int lo = (qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1u) << 4);
-      int hi = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
-      if (!kMin) {
-        lo -= 16;
-        hi -= 16;
-      }
+      const int lo = ((qs[j] & 0xF) | static_cast<int>(((qh >> j) & 1u) << 4)) - kOffset;
+      const int hi = ((qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4)) - kOffset;
       isum += lo * q[j] + hi * q[j + 16];
     }
     float v = static_cast<float>(isum) * (f16(row) * a.d[b]);
@@ -222,8 +198,8 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch) {
 const QuantOps& scalar_quant_ops() {
   static const QuantOps ops{
       quantize_act_scalar,
-      {dot_q8_0, dot_q4_0, dot_q4_1, dot_q5<false>, dot_q5<true>, dot_k45<false>, dot_k45<true>,
-       dot_q6_k},
+      {dot_q8_0, dot_q4_q5<false, false>, dot_q4_q5<false, true>, dot_q4_q5<true, false>,
+       dot_q4_q5<true, true>, dot_k45<false>, dot_k45<true>, dot_q6_k},
       dot_fp8,
   };
   return ops;

@@ -11,6 +11,8 @@
 #include "model/gguf.hpp"
 #include "model/weights.hpp"
 
+#include "../error_text.hpp"
+
 namespace steermoe::model {
 namespace {
 
@@ -53,12 +55,7 @@ fs::path rewrite(const std::string& name, Edit edit) {
 }
 
 std::string load_error(const fs::path& p) {
-  try {
-    Model::load(p);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_text([&] { Model::load(p); });
 }
 
 TEST(Binding, UnchangedCopyLoads) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../cli_runner.hpp"
+#include "../f32_file.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -26,13 +27,7 @@ const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 using Result = steermoe::test_support::CliResult;
 Result run(const std::string& args) { return steermoe::test_support::run_cli(args); }
 
-std::vector<float> read_f32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
+using test_support::read_f32;
 
 std::string token_list(const std::string& model) {
   std::ifstream in(kOracle / model / "tokens.json");

@@ -14,6 +14,8 @@
 #include "model/gguf.hpp"
 #include "model/hf_config.hpp"
 
+#include "../error_text.hpp"
+
 namespace steermoe::model {
 namespace {
 
@@ -29,21 +31,11 @@ json oracle_json(const std::string& model) {
 }
 
 std::string error_of(const json& j) {
-  try {
-    parse_hf_config(j.dump(), "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_text([&] { parse_hf_config(j.dump(), "cfg.json"); });
 }
 
 std::string parse_error_text(const std::string& text) {
-  try {
-    parse_hf_config(text, "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_text([&] { parse_hf_config(text, "cfg.json"); });
 }
 
 TEST(HfConfig, ReadsOracleConfigs) {

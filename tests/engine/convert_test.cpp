@@ -100,6 +100,19 @@ TEST(Convert, FusedHfTwinConvertsToTheSameGguf) {
   EXPECT_EQ(tensors(out), tensors(kOracle / "olmoe" / "model.gguf"));
 }
 
+// make-model (random BF16 weights) of `arch` at `shape` into the HF folder `hf`, converted to
+// the GGUF `gguf` and back to the HF folder `back`.
+void make_and_round_trip(const std::string& arch, const std::string& shape, const fs::path& hf,
+                         const fs::path& gguf, const fs::path& back) {
+  fs::remove_all(hf);
+  fs::remove_all(back);
+  ASSERT_EQ(run_cli("make-model --arch " + arch + " --shape " + shape +
+                    " --random --dtype bf16 -o " + hf.string()),
+            0);
+  ASSERT_EQ(run_cli("convert -m " + hf.string() + " -o " + gguf.string()), 0);
+  ASSERT_EQ(run_cli("convert -m " + gguf.string() + " -o " + back.string()), 0);
+}
+
 TEST(MakeModel, SmallRandomModelsOfEveryFamilyRoundTrip) {
   for (const auto& [arch, shape] :
        std::vector<std::pair<std::string, std::string>>{{"olmoe", "olmoe-small"},
@@ -108,13 +121,7 @@ TEST(MakeModel, SmallRandomModelsOfEveryFamilyRoundTrip) {
     SCOPED_TRACE(shape);
     const fs::path hf = temp(shape + "_hf"), gguf = temp(shape + ".gguf"),
                    back = temp(shape + "_back");
-    fs::remove_all(hf);
-    fs::remove_all(back);
-    ASSERT_EQ(run_cli("make-model --arch " + arch + " --shape " + shape +
-                      " --random --dtype bf16 -o " + hf.string()),
-              0);
-    ASSERT_EQ(run_cli("convert -m " + hf.string() + " -o " + gguf.string()), 0);
-    ASSERT_EQ(run_cli("convert -m " + gguf.string() + " -o " + back.string()), 0);
+    ASSERT_NO_FATAL_FAILURE(make_and_round_trip(arch, shape, hf, gguf, back));
     EXPECT_EQ(tensors(hf), tensors(back));
     expect_same_logits(hf, gguf);
     const std::vector<float> l = logits(hf);
@@ -138,13 +145,7 @@ TEST(MakeModel, SmallHybridModelsRoundTripWithinRounding) {
     SCOPED_TRACE(shape);
     const fs::path hf = temp(shape + "_hf"), gguf = temp(shape + ".gguf"),
                    back = temp(shape + "_back");
-    fs::remove_all(hf);
-    fs::remove_all(back);
-    ASSERT_EQ(run_cli("make-model --arch " + arch + " --shape " + shape +
-                      " --random --dtype bf16 -o " + hf.string()),
-              0);
-    ASSERT_EQ(run_cli("convert -m " + hf.string() + " -o " + gguf.string()), 0);
-    ASSERT_EQ(run_cli("convert -m " + gguf.string() + " -o " + back.string()), 0);
+    ASSERT_NO_FATAL_FAILURE(make_and_round_trip(arch, shape, hf, gguf, back));
     const auto a = tensors(hf), b = tensors(back);
     ASSERT_EQ(a.size(), b.size());
     for (const auto& [name, t] : a) {

@@ -16,13 +16,16 @@
 #include <string>
 #include <vector>
 
-#include "../cli_runner.hpp"
-#include "../isa_guard.hpp"
-#include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "model/hf_config.hpp"
 #include "policy/calibration.hpp"
+
+#include "../cli_runner.hpp"
+#include "../error_text.hpp"
+#include "../f32_file.hpp"
+#include "../isa_guard.hpp"
+#include "../offload_params.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -34,13 +37,7 @@ const fs::path kModel =
     fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "hf_models" / "qwen3_dense";
 constexpr float kTolerance = 1e-4f;  // max abs logit error, as for the other HF references
 
-std::vector<float> read_f32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / sizeof(float));
-  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
-  return out;
-}
+using test_support::read_f32;
 
 std::vector<int32_t> reference_tokens() {
   std::ifstream in(kModel / "reference.json");
@@ -154,12 +151,7 @@ std::string config_with(const std::string& extra) {
 }
 
 std::string parse_error(const std::string& json) {
-  try {
-    model::parse_hf_config(json, "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_text([&] { model::parse_hf_config(json, "cfg.json"); });
 }
 
 TEST(DenseQwen3, ConfigRejectsWhatIsNotSupported) {

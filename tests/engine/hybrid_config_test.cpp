@@ -19,6 +19,8 @@
 #include "model/weights.hpp"
 #include "model/weights_layout.hpp"
 
+#include "../error_text.hpp"
+
 namespace steermoe::model {
 namespace {
 
@@ -34,12 +36,7 @@ json config_of(const std::string& model) {
 }
 
 std::string error_of(const json& j) {
-  try {
-    parse_hf_config(j.dump(), "cfg.json");
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_text([&] { parse_hf_config(j.dump(), "cfg.json"); });
 }
 
 TEST(ConfigVariants, Transformers5Spellings) {
@@ -195,12 +192,7 @@ int run_cli(const std::string& args) {
 }
 
 std::string load_error(const fs::path& p) {
-  try {
-    Model::load(p);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_text([&] { Model::load(p); });
 }
 
 // The qwen3_next GGUF twin rewritten without one tensor.

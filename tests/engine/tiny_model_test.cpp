@@ -19,7 +19,9 @@
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 
+#include "../f32_file.hpp"
 #include "../isa_guard.hpp"
+#include "../pregate_check.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -29,13 +31,7 @@ fs::path model_dir(const std::string& name) {
   return fs::path(STEERMOE_SOURCE_DIR) / "models" / name;
 }
 
-std::vector<float> read_f32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
+using test_support::read_f32;
 
 class ShippedModel : public ::testing::TestWithParam<std::string> {};
 
@@ -89,14 +85,6 @@ TEST_P(ShippedModel, MatchesPyTorchReference) {
   }
 }
 
-// Experts by score, descending, ties to the lower index (the pre-gate ranking g).
-std::vector<int> ranking(const float* row, size_t E) {
-  std::vector<int> order(E);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
-  return order;
-}
-
 // RoutingRecord::pregate row l must be router l applied to the MoE input (post-attention-norm
 // hidden state) of layer l-1, row 0 zero. Wrong router or wrong hidden state: O(1) errors.
 class ShippedMoeModel : public ::testing::TestWithParam<std::string> {};
@@ -138,53 +126,11 @@ TEST_P(ShippedMoeModel, PregateMatchesPyTorchReference) {
         for (int32_t t : tokens) engine.decode(t);
       }
       ASSERT_EQ(record.pregate.size(), want.size());
-      float max_diff = 0.0f;
-      size_t worst = 0, over = 0, row0_nonzero = 0;
-      int ranked = 0, rank_mismatches = 0;
-      size_t first_mismatch = 0;
-      const size_t W = kWindow;
-      for (size_t p = 0; p < tokens.size(); ++p) {
-        for (size_t l = 0; l < L; ++l) {
-          const size_t row = (p * L + l) * E;
-          const float* got = &record.pregate[row];
-          const float* exp = &want[row];
-          if (l == 0) {  // the first MoE layer has no pre-gate
-            row0_nonzero +=
-                static_cast<size_t>(std::count_if(got, got + E, [](float v) { return v != 0.0f; }));
-            continue;
-          }
-          for (size_t e = 0; e < E; ++e) {
-            const float d = std::fabs(got[e] - exp[e]);
-            over += d > tol ? 1 : 0;
-            if (d > max_diff) {
-              max_diff = d;
-              worst = row + e;
-            }
-          }
-          // The first W of the ranking, where the reference has no near tie at the cut.
-          const std::vector<int> want_rank = ranking(exp, E);
-          if (exp[want_rank[W - 1]] - exp[want_rank[W]] <= 2 * tol) continue;
-          const std::vector<int> got_rank = ranking(got, E);
-          const auto w = static_cast<ptrdiff_t>(W);
-          if (std::set<int>(got_rank.begin(), got_rank.begin() + w) !=
-              std::set<int>(want_rank.begin(), want_rank.begin() + w)) {
-            if (rank_mismatches++ == 0) first_mismatch = p * L + l;
-          }
-          ++ranked;
-        }
-      }
-      EXPECT_EQ(row0_nonzero, 0u) << "row 0 (first MoE layer) must be zero";
-      EXPECT_LE(max_diff, tol) << over << " of " << tokens.size() * (L - 1) * E
-                               << " scores off; worst at position " << worst / E / L << " layer "
-                               << worst / E % L << " expert " << worst % E << ": engine "
-                               << record.pregate[worst] << ", reference " << want[worst];
-      EXPECT_EQ(rank_mismatches, 0)
-          << "first W pre-gate experts differ from the reference, first at "
-          << "position " << first_mismatch / L << " layer " << first_mismatch % L;
-      EXPECT_GT(ranked, static_cast<int>(tokens.size() * (L - 1) * 9 / 10));
+      const test_support::PregateFigures f = test_support::expect_pregate_matches(
+          record.pregate, want, tokens.size(), L, E, kWindow, tol);
       std::printf("[ %s ] %s %s: max |pregate diff| %.3g (tolerance %.3g), %d rankings\n",
                   GetParam().c_str() + 6, seq.at("source_doc").get<std::string>().c_str(),
-                  batched ? "batched" : "incremental", max_diff, tol, ranked);
+                  batched ? "batched" : "incremental", f.max_diff, tol, f.ranked);
     }
   }
 }

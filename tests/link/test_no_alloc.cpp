@@ -1,7 +1,7 @@
 // The links allocate nothing per copy once warm (the copy queue's ring has grown to its peak).
 #include <gtest/gtest.h>
 
-#include "alloc_counter.hpp"
+#include "../alloc_counter.hpp"
 #include "link/disk_link.hpp"
 #include "link/emulated_link.hpp"
 #include "test_util.hpp"
@@ -21,9 +21,9 @@ int64_t allocations_of_copies(Link& link, int n) {
     link.completed();
   };
   run();  // warm-up
-  steermoe::testing::start_counting_allocations();
+  steermoe::test_support::start_counting_allocations();
   run();
-  return steermoe::testing::stop_counting_allocations();
+  return steermoe::test_support::stop_counting_allocations();
 }
 
 TEST(LinkNoAlloc, EmulatedLink) {

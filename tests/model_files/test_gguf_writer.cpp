@@ -168,10 +168,7 @@ TEST(GgufWriter, RewritingAnOracleFileIsByteIdentical) {
   ASSERT_EQ(copy.tensor_infos().size(), source.tensor_infos().size());
   for (const auto& info : source.tensor_infos()) {
     const TensorView a = source.tensor(info.name);
-    const TensorView b = copy.tensor(info.name);
-    EXPECT_EQ(a.shape, b.shape);
-    ASSERT_EQ(a.nbytes, b.nbytes);
-    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0) << info.name;
+    ASSERT_NO_FATAL_FAILURE(testing::expect_same_tensor(a, copy.tensor(info.name), info.name));
   }
   // Same layout rules as the independent writer: the files are identical up to its length.
   const auto original = testing::read_file(source_path);

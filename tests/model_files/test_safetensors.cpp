@@ -233,10 +233,7 @@ TEST(Checkpoint, ShardedCopyOfTheOracleMatchesTheSingleFile) {
   uint64_t total = 0;
   for (const auto& info : source.tensor_infos()) {
     const TensorView a = source.tensor(info.name);
-    const TensorView b = c.tensor(info.name);
-    EXPECT_EQ(a.shape, b.shape);
-    ASSERT_EQ(a.nbytes, b.nbytes);
-    EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0) << info.name;
+    ASSERT_NO_FATAL_FAILURE(testing::expect_same_tensor(a, c.tensor(info.name), info.name));
     total += a.nbytes;
   }
   EXPECT_EQ(c.index_metadata().at("total_size"), std::to_string(total));

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "model/dtype.hpp"
 
 namespace steermoe::model::testing {
 
@@ -24,6 +25,14 @@ inline std::filesystem::path oracle() { return std::filesystem::path(STEERMOE_OR
   if (!std::filesystem::exists(::steermoe::model::testing::oracle() / "README.md"))     \
   GTEST_FAIL() << "oracle folder not found at " << ::steermoe::model::testing::oracle() \
                << " (tests/data/oracle of the repository)"
+
+// `b` has the shape and the bytes of `a` (the tensor `name` read back from a written file). Its
+// byte-count check is fatal: call it under ASSERT_NO_FATAL_FAILURE.
+inline void expect_same_tensor(const TensorView& a, const TensorView& b, const std::string& name) {
+  EXPECT_EQ(a.shape, b.shape);
+  ASSERT_EQ(a.nbytes, b.nbytes);
+  EXPECT_EQ(std::memcmp(a.data, b.data, a.nbytes), 0) << name;
+}
 
 class Bytes {
  public:

@@ -18,6 +18,8 @@
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 
+#include "../f32_file.hpp"
+
 namespace steermoe::engine {
 namespace {
 
@@ -34,14 +36,7 @@ Json read_json(const fs::path& p) {
   return Json::parse(in);
 }
 
-std::vector<float> read_f32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  EXPECT_TRUE(in.good()) << p;
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
+using test_support::read_f32;
 
 struct OracleCase {
   std::string model;    // folder under oracle/

@@ -22,6 +22,9 @@
 
 #include "engine/engine.hpp"
 
+#include "../f32_file.hpp"
+#include "../pregate_check.hpp"
+
 namespace steermoe::engine {
 namespace {
 
@@ -35,23 +38,6 @@ const fs::path kReference = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "
 // (the logits do: 8e-7 and 1.8e-6, oracle README). 1e-5 of the largest |score| is ~50x the
 // measured error (2e-7 to 5e-7) and far below what a wrong router, bias or input changes.
 constexpr double kRelTolerance = 1e-5;
-
-std::vector<float> read_f32(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  EXPECT_TRUE(in.good()) << p;
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> out(bytes.size() / 4);
-  std::memcpy(out.data(), bytes.data(), out.size() * 4);
-  return out;
-}
-
-// Experts by score, descending, ties to the lower index (the pre-gate ranking g).
-std::vector<int> ranking(const float* row, size_t E) {
-  std::vector<int> order(E);
-  std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return row[a] > row[b]; });
-  return order;
-}
 
 struct PregateCase {
   std::string model;    // folder under the oracle and name of the reference
@@ -74,7 +60,8 @@ TEST_P(OraclePregate, MatchesNumpyRecomputation) {
   const auto tokens = ref.at("tokens").get<std::vector<int32_t>>();
   const auto L = ref.at("moe_layers").get<size_t>();
   const auto E = ref.at("experts").get<size_t>();
-  const std::vector<float> want = read_f32(kReference / ref.at("pregate_file").get<std::string>());
+  const std::vector<float> want =
+      test_support::read_f32(kReference / ref.at("pregate_file").get<std::string>());
   ASSERT_EQ(want.size(), tokens.size() * L * E);
   float scale = 0.0f;
   for (float v : want) scale = std::max(scale, std::fabs(v));
@@ -94,53 +81,12 @@ TEST_P(OraclePregate, MatchesNumpyRecomputation) {
   }
   ASSERT_EQ(record.pregate.size(), want.size());
 
-  float max_diff = 0.0f;
-  size_t worst = 0, over = 0, row0_nonzero = 0;
-  int ranked = 0, rank_mismatches = 0;
-  size_t first_mismatch = 0;
   const size_t W = std::min(c.window, E - 1);
-  for (size_t p = 0; p < tokens.size(); ++p) {
-    for (size_t l = 0; l < L; ++l) {
-      const size_t row = (p * L + l) * E;
-      const float* got = &record.pregate[row];
-      const float* exp = &want[row];
-      if (l == 0) {  // the first MoE layer has no pre-gate
-        row0_nonzero +=
-            static_cast<size_t>(std::count_if(got, got + E, [](float v) { return v != 0.0f; }));
-        continue;
-      }
-      for (size_t e = 0; e < E; ++e) {
-        const float d = std::fabs(got[e] - exp[e]);
-        over += d > tol ? 1 : 0;
-        if (d > max_diff) {
-          max_diff = d;
-          worst = row + e;
-        }
-      }
-      // The first W of the ranking, where the reference has no near tie at the cut.
-      const std::vector<int> want_rank = ranking(exp, E);
-      if (exp[want_rank[W - 1]] - exp[want_rank[W]] <= 2 * tol) continue;
-      const std::vector<int> got_rank = ranking(got, E);
-      const auto w = static_cast<ptrdiff_t>(W);
-      if (std::set<int>(got_rank.begin(), got_rank.begin() + w) !=
-          std::set<int>(want_rank.begin(), want_rank.begin() + w)) {
-        if (rank_mismatches++ == 0) first_mismatch = p * L + l;
-      }
-      ++ranked;
-    }
-  }
-  EXPECT_EQ(row0_nonzero, 0u) << "row 0 (first MoE layer) must be zero";
-  EXPECT_LE(max_diff, tol) << over << " of " << tokens.size() * (L - 1) * E
-                           << " scores off; worst at position " << worst / E / L << " layer "
-                           << worst / E % L << " expert " << worst % E << ": engine "
-                           << record.pregate[worst] << ", reference " << want[worst];
-  EXPECT_EQ(rank_mismatches, 0) << "first W pre-gate experts differ from the reference, first at "
-                                << "position " << first_mismatch / L << " layer "
-                                << first_mismatch % L;
-  EXPECT_GT(ranked, static_cast<int>(tokens.size() * (L - 1) * 9 / 10));
+  const test_support::PregateFigures f =
+      test_support::expect_pregate_matches(record.pregate, want, tokens.size(), L, E, W, tol);
   std::printf("[ pregate  ] %s %s %s: max |pregate diff| %.3g (tolerance %.3g), %d rankings\n",
-              c.model.c_str(), c.variant.c_str(), c.batched ? "batched" : "incremental", max_diff,
-              tol, ranked);
+              c.model.c_str(), c.variant.c_str(), c.batched ? "batched" : "incremental", f.max_diff,
+              tol, f.ranked);
 }
 
 std::vector<PregateCase> all_cases() {

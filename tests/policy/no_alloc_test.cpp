@@ -1,42 +1,13 @@
-// Proves the hot path allocates nothing after warm-up: a global operator new counts calls while
-// a router runs steady-state steps of every policy.
+// Proves the hot path allocates nothing after warm-up: the global operator new of
+// tests/alloc_counter.cpp counts calls while a router runs steady-state steps of every policy.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <cstdlib>
-#include <new>
 #include <random>
 #include <vector>
 
 #include "policy/router.hpp"
 
-namespace {
-std::atomic<long> g_allocations{0};
-}
-
-// Every replaceable allocation form is counted and forwarded to malloc/free, so that no library
-// call (std::stable_sort uses the nothrow form) mixes allocators under AddressSanitizer.
-namespace {
-void* counted_alloc(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(n ? n : 1);
-}
-void* counted_alloc_or_throw(std::size_t n) {
-  if (void* p = counted_alloc(n)) return p;
-  throw std::bad_alloc();
-}
-}  // namespace
-
-void* operator new(std::size_t n) { return counted_alloc_or_throw(n); }
-void* operator new[](std::size_t n) { return counted_alloc_or_throw(n); }
-void* operator new(std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void* operator new[](std::size_t n, const std::nothrow_t&) noexcept { return counted_alloc(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }
+#include "../alloc_counter.hpp"
 
 namespace steermoe::policy {
 namespace {
@@ -71,11 +42,11 @@ TEST(NoAllocation, SteadyStatePolicyStepsAllocateNothing) {
       }
     };
     run(10);  // warm-up
-    const long before = g_allocations.load();
+    test_support::start_counting_allocations();
     run(200);
     r.reset();
     run(50);
-    EXPECT_EQ(g_allocations.load() - before, 0) << policy;
+    EXPECT_EQ(test_support::stop_counting_allocations(), 0) << policy;
   }
 }
 

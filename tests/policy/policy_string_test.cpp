@@ -4,18 +4,15 @@
 #include "common/error.hpp"
 #include "policy/config.hpp"
 
+#include "../error_text.hpp"
+
 namespace steermoe::policy {
 namespace {
 
 using ::testing::HasSubstr;
 
 std::string error_of(const std::string& text) {
-  try {
-    parse_policy(text);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
+  return test_support::error_text([&] { parse_policy(text); });
 }
 
 TEST(PolicyString, ParsesEveryNamedPolicyWithDefaults) {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "alloc_counter.hpp"
+#include "../alloc_counter.hpp"
 #include "link/simulated_link.hpp"
 #include "policy/router.hpp"
 #include "schedule/offload_step.hpp"
@@ -281,12 +281,12 @@ TEST(Simulator, HotPathAllocatesNothingAfterWarmUp) {
     step.begin_request();
     RowDriver driver(v);
     for (int64_t t = 0; t < v.steps(); ++t) {
-      if (t == 50) steermoe::testing::start_counting_allocations();  // warm-up over
+      if (t == 50) steermoe::test_support::start_counting_allocations();  // warm-up over
       driver.t = t;
       step.run_token(v.tokens[static_cast<size_t>(t)], driver);
     }
     const TransferScheduler& scheduler = *step.scheduler();
-    EXPECT_EQ(steermoe::testing::stop_counting_allocations(), 0) << text;
+    EXPECT_EQ(steermoe::test_support::stop_counting_allocations(), 0) << text;
     EXPECT_GT(scheduler.totals().demand + scheduler.totals().prefetch_enqueued, 100) << text;
   }
 }

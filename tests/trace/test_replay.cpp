@@ -92,18 +92,6 @@ Replayed replay_with_lines(const Trace& trace, const policy::Calibration& calib,
   return r;
 }
 
-// The router's own top-K of z (ties: lower index), ascending.
-std::vector<int32_t> exact_top_k(std::span<const float> z, int k) {
-  std::vector<int32_t> idx(z.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
-    return z[static_cast<size_t>(a)] > z[static_cast<size_t>(b)];
-  });
-  idx.resize(static_cast<size_t>(k));
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
-
 TEST(Replay, ShippedTraceDecisionsAreConsistentWithTheSummary) {
   const Trace trace = Trace::open(kShippedTrace);
   const policy::Calibration calib = read_calibration(kShippedCalib);
@@ -170,7 +158,7 @@ TEST(Replay, ExactRoutingSelectsTheRoutersTopK) {
   const policy::Calibration calib = read_calibration(kShippedCalib);
   const Replayed r = replay_with_lines(trace, calib, "exact:evict=a", 16);
   for (const DecisionRecord& d : r.lines)
-    EXPECT_EQ(d.selected, exact_top_k(trace.scores(d.t, d.layer), 8));
+    EXPECT_EQ(d.selected, testing::exact_top_k(trace.scores(d.t, d.layer), 8));
   EXPECT_EQ(r.summary.totals().replaced, 0u);
   EXPECT_EQ(r.summary.totals().prefetch, 0u);
   // Deterministic: a second run writes the same bytes.

@@ -13,16 +13,7 @@ namespace {
 
 using testing::ScratchDir;
 
-std::vector<int32_t> top_k(std::span<const float> z, int k) {
-  std::vector<int32_t> idx(z.size());
-  std::iota(idx.begin(), idx.end(), 0);
-  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
-    return z[static_cast<size_t>(a)] > z[static_cast<size_t>(b)];
-  });
-  idx.resize(static_cast<size_t>(k));
-  std::sort(idx.begin(), idx.end());
-  return idx;
-}
+using testing::exact_top_k;
 
 size_t overlap(const std::vector<int32_t>& a, const std::vector<int32_t>& b) {
   std::vector<int32_t> both;
@@ -96,7 +87,8 @@ double mean_consecutive_overlap(const Trace& t) {
   int n = 0;
   for (int64_t s = 1; s < t.steps(); ++s)
     for (int l = 0; l < t.layers(); ++l, ++n)
-      total += static_cast<double>(overlap(top_k(t.scores(s - 1, l), 8), top_k(t.scores(s, l), 8)));
+      total += static_cast<double>(
+          overlap(exact_top_k(t.scores(s - 1, l), 8), exact_top_k(t.scores(s, l), 8)));
   return total / n;
 }
 
@@ -114,7 +106,8 @@ double mean_pregate_overlap(const Trace& t) {
   int n = 0;
   for (int64_t s = 0; s < t.steps(); ++s)
     for (int l = 1; l < t.layers(); ++l, ++n)
-      total += static_cast<double>(overlap(top_k(t.pregate(s, l), 8), top_k(t.scores(s, l), 8)));
+      total += static_cast<double>(
+          overlap(exact_top_k(t.pregate(s, l), 8), exact_top_k(t.scores(s, l), 8)));
   return total / n;
 }
 
@@ -147,7 +140,8 @@ TEST(Synth, TokenDependenceMakesRepeatsOfATokenRouteAlike) {
     for (int64_t a = 0; a < t.steps(); ++a)
       for (int64_t b = a + 1; b < t.steps(); ++b)
         if (t.token(a) == t.token(b)) {
-          total += static_cast<double>(overlap(top_k(t.scores(a, 3), 8), top_k(t.scores(b, 3), 8)));
+          total += static_cast<double>(
+              overlap(exact_top_k(t.scores(a, 3), 8), exact_top_k(t.scores(b, 3), 8)));
           ++n;
         }
     return total / n;

@@ -2,9 +2,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 
 #include "common/error.hpp"
 
@@ -37,6 +39,17 @@ void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& 
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out << text;
+}
+
+std::vector<int32_t> exact_top_k(std::span<const float> z, int k) {
+  std::vector<int32_t> idx(z.size());
+  std::iota(idx.begin(), idx.end(), 0);
+  std::stable_sort(idx.begin(), idx.end(), [&](int32_t a, int32_t b) {
+    return z[static_cast<size_t>(a)] > z[static_cast<size_t>(b)];
+  });
+  idx.resize(static_cast<size_t>(k));
+  std::sort(idx.begin(), idx.end());
+  return idx;
 }
 
 std::string error_of(const std::function<void()>& action) {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,9 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// The router's own top-K of z (ties: lower index), ascending.
+std::vector<int32_t> exact_top_k(std::span<const float> z, int k);
 
 std::vector<uint8_t> read_bytes(const std::filesystem::path& path);
 void write_bytes(const std::filesystem::path& path, const std::vector<uint8_t>& bytes);
