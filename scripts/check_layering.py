@@ -25,9 +25,14 @@ def rule(readme, label, folders):
         stripped = line.strip().lstrip("-* ").replace("**", "")
         if stripped.lower().startswith(label.lower()):
             text = stripped[len(label):]
-            # The sentence may continue on the next lines of the paragraph.
-            rest = readme[readme.index(line) + len(line):].split("\n\n", 1)[0]
-            sentence = (text + " " + rest.replace("\n", " ")).split(". ", 1)[0]
+            # The sentence may continue on the next lines of the paragraph, up to the next rule.
+            rest = []
+            for more in readme[readme.index(line) + len(line):].split("\n\n", 1)[0].splitlines():
+                if re.match(r"\s*(Depends on:|Must not depend on:)", more):
+                    break
+                rest.append(more)
+            sentence = " ".join([text] + rest).split(". ", 1)[0]
+            sentence = re.sub(r"\([^)]*\)?", " ", sentence)  # asides name folders in passing
             words = re.findall(r"`?([a-z_]+)/?`?", sentence)
             return {w for w in words if w in folders}
     return None
