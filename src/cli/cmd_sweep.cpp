@@ -143,51 +143,37 @@ void run_sweep(const SweepCli& o) {
     fs::rename(tmp, file);  // only a finished point gets its final name
   };
 
+  // One point's command: `steermoe NAME -m M -t T -f FILE --policy P OPT VALUE EXTRA... ENGINE...`.
+  auto point_args = [&](const char* name, const std::string& policy, const std::string& opt,
+                        const std::string& value, std::vector<std::string> extra) {
+    std::vector<std::string> args{self, name};
+    args.insert(args.end(), common.begin(), common.end());
+    args.insert(args.end(), {"-f", o.file, "--policy", policy, opt, value});
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), engine.begin(), engine.end());
+    return args;
+  };
   json kl_configs = json::array(), bench_configs = json::array();
   for (const auto& [opt, value] : cache_args) {
     for (const std::string& policy : policies) {
       const std::string t = tag(policy, value);
       if (!o.no_kl) {
         const fs::path f = points / (t + ".kl.json");
-        std::vector<std::string> args{self,
-                                      "kl",
-                                      "-f",
-                                      o.file,
-                                      "--policy",
-                                      policy,
-                                      opt,
-                                      value,
-                                      "--window-len",
-                                      std::to_string(o.window_len),
-                                      "--max-windows",
-                                      std::to_string(o.max_windows)};
-        args.insert(args.begin() + 2, common.begin(), common.end());
-        args.insert(args.end(), engine.begin(), engine.end());
-        step(f, fmt::format("kl {} {}={}", policy, opt, value), args);
+        step(f, fmt::format("kl {} {}={}", policy, opt, value),
+             point_args("kl", policy, opt, value,
+                        {"--window-len", std::to_string(o.window_len), "--max-windows",
+                         std::to_string(o.max_windows)}));
         const json point = read_json(f);  // kept alive: the loop reads into it
         for (const json& c : point.at("configurations")) kl_configs.push_back(c);
       }
       if (!o.no_bench) {
         const fs::path f = points / (t + ".bench.json");
-        std::vector<std::string> args{self,
-                                      "bench",
-                                      "-f",
-                                      o.file,
-                                      "--policy",
-                                      policy,
-                                      opt,
-                                      value,
-                                      "--rounds",
-                                      std::to_string(o.rounds),
-                                      "--windows",
-                                      std::to_string(o.windows),
-                                      "--window-len",
-                                      std::to_string(o.window_len),
-                                      "--no-floor"};
-        args.insert(args.begin() + 2, common.begin(), common.end());
-        args.insert(args.end(), engine.begin(), engine.end());
-        if (o.token_ms) args.push_back("--token-ms");
-        step(f, fmt::format("bench {} {}={}", policy, opt, value), args);
+        std::vector<std::string> extra{
+            "--rounds",     std::to_string(o.rounds),     "--windows", std::to_string(o.windows),
+            "--window-len", std::to_string(o.window_len), "--no-floor"};
+        if (o.token_ms) extra.push_back("--token-ms");
+        step(f, fmt::format("bench {} {}={}", policy, opt, value),
+             point_args("bench", policy, opt, value, extra));
         const json point = read_json(f);
         for (const json& c : point.at("configurations")) bench_configs.push_back(c);
       }

@@ -126,16 +126,11 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
     const TokenStats& token = *step.run_token(trace.tokens[static_cast<size_t>(t)], driver);
     if (options.keep_events) {
       for (int l = 0; l < layers; ++l) {
-        const LayerTiming& timing = step.timing(l);
         const policy::Decision& d = step.router().decision(l);
         LayerEvent event;
+        static_cast<LayerTiming&>(event) = step.timing(l);
         event.step = t;
         event.layer = l;
-        event.attention_start = timing.attention_start;
-        event.host_start = timing.host_start;
-        event.host_end = timing.host_end;
-        event.moe_start = timing.moe_start;
-        event.moe_end = timing.moe_end;
         event.slots.assign(d.selected_slot.begin(), d.selected_slot.end());
         result.events.push_back(std::move(event));
       }

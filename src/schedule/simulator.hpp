@@ -12,6 +12,7 @@
 #include "link/simulated_link.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
+#include "schedule/offload_step.hpp"
 #include "schedule/profile.hpp"
 #include "schedule/scheduler.hpp"
 
@@ -37,15 +38,11 @@ struct TraceView {
   }
 };
 
-// One MoE layer of one token on the simulated clock (recorded only on request: tests).
-struct LayerEvent {
+// One MoE layer of one token on the simulated clock (recorded only on request: tests): the step's
+// event times of that layer (A(l), H(l), M(l)) and the slots of S.
+struct LayerEvent : LayerTiming {
   int64_t step = 0;
   int layer = 0;
-  double attention_start = 0;  // A(l)
-  double host_start = 0;       // H(l)
-  double host_end = 0;
-  double moe_start = 0;  // M(l)
-  double moe_end = 0;
   std::vector<int32_t> slots;  // slots of S
 };
 
