@@ -16,9 +16,14 @@
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
+#include "common/machine.hpp"
+#include "common/memory_limit.hpp"
 #include "common/output_file.hpp"
+#include "engine/link_probe.hpp"
+#include "engine/memory_plan.hpp"
 #include "eval/bench.hpp"
 #include "eval/scores_from.hpp"
+#include "kernels/kernels.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/trace.hpp"
@@ -48,6 +53,34 @@ std::vector<std::vector<int32_t>> text_windows(const std::vector<int32_t>& ids, 
   return out;
 }
 
+// Where the figures were taken: the machine, the kernels, the model's bytes, the disk link's
+// bandwidth measured at start, the memory budget and the peaks.
+nlohmann::json machine_json(const model::Model& model, const std::optional<MemoryBudget>& budget,
+                            const std::optional<engine::DiskProbe>& probe) {
+  const MachineFacts m = machine_facts();
+  const engine::MemoryPlan plan = engine::plan_memory(model, schedule::OffloadConfig(), 0);
+  nlohmann::json j{{"cpu", m.cpu},
+                   {"cores", m.cores},
+                   {"kernel", m.kernel},
+                   {"mem_total_bytes", m.mem_total},
+                   {"kernels", std::string(kernels::isa_name(kernels::active_isa()))},
+                   {"model_bytes",
+                    {{"weights", plan.weight_bytes},
+                     {"experts", plan.expert_bytes},
+                     {"non_expert", plan.non_expert_bytes}}},
+                   {"peak_rss_bytes", peak_rss_bytes()}};
+  if (probe)
+    j["disk_link"] = {{"mode", probe->mode},
+                      {"gb_per_s", probe->bytes_per_s / 1e9},
+                      {"copy_latency_ms", probe->copy_latency_s * 1e3},
+                      {"expert_bytes", probe->expert_bytes}};
+  if (budget) {
+    j["mem_limit_bytes"] = budget->limit_bytes();
+    if (const auto peak = budget->peak_bytes()) j["cgroup_peak_bytes"] = *peak;
+  }
+  return j;
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& root) {
@@ -56,6 +89,8 @@ void add_bench_command(CLI::App& root) {
     std::string file;
     std::vector<std::string> policies{"exact:evict=lru"};
     int rounds = 3;
+    int warmup = 1;
+    bool no_probe = false;
     int windows = 4;
     int window_len = 64;
     int threads = 1;
@@ -81,6 +116,13 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--rounds", o->rounds, "Timing rounds (configurations interleaved in each)")
       ->check(CLI::Range(1, 1000))
       ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup,
+                  "Untimed rounds per configuration before timing (weights read through the page "
+                  "cache are then in memory: the floor row measures compute, not page faults)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  cmd->add_flag("--no-probe", o->no_probe,
+                "Do not measure the disk link's read bandwidth at start (--link disk)");
   cmd->add_option("--windows", o->windows, "Text windows (sequences) per round")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
@@ -105,6 +147,7 @@ void add_bench_command(CLI::App& root) {
     if (o->generate == 0 && o->file.empty() && o->scores_from.empty())
       fail("bench", "-f",
            "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "bench");
     const model::ModelConfig& cfg = model->config();
@@ -157,6 +200,7 @@ void add_bench_command(CLI::App& root) {
     std::vector<schedule::OffloadConfig> offloads;
     for (const std::string& p : o->policies) {
       offloads.push_back(resolve_policy(request, p, *model));
+      check_fits(budget, *model, offloads.back(), context);
       const int cache = offloads.back().cache_slots;
       configs.push_back({.name = fmt::format("{}@{} {}", p, cache, o->engine.link),
                          .policy = p,
@@ -176,6 +220,24 @@ void add_bench_command(CLI::App& root) {
       floor.residency = 0;
       floor.link = "resident";
       offloads.push_back(resolve_policy(floor, "exact:evict=lru", *model));
+      // The floor computes with every weight in memory; where they do not all fit (the budget,
+      // or this machine's memory) it would measure page faults instead: say so, do not time it.
+      const engine::MemoryPlan plan =
+          engine::plan_memory(*model, offloads.back(), engine::resolve_context(cfg, context));
+      const MachineFacts machine = machine_facts();
+      const uint64_t room = budget ? budget->limit_bytes() : machine.mem_total / 10 * 9;
+      if (plan.total() > room)
+        configs.back().unavailable =
+            fmt::format("does not fit: {} > {} ({})", bytes_text(plan.total()), bytes_text(room),
+                        budget ? "--mem-limit" : "90% of this machine's memory");
+    }
+    std::optional<engine::DiskProbe> probe;
+    if (o->engine.link == "disk" && !o->no_probe) {
+      probe = engine::probe_disk_link(*model);
+      std::fprintf(stderr, "bench: disk link %s: %.2f GB/s, one expert copy (%s) %.2f ms\n",
+                   probe->mode.c_str(), probe->bytes_per_s / 1e9,
+                   bytes_text(static_cast<uint64_t>(probe->expert_bytes)).c_str(),
+                   probe->copy_latency_s * 1e3);
     }
     const auto make = [&](size_t index) {
       engine::EngineParams p = engine_params(o->engine, offloads.at(index), o->threads, context);
@@ -189,6 +251,7 @@ void add_bench_command(CLI::App& root) {
     const std::vector<eval::BenchResult> results =
         eval::run_bench(configs, make, sequences,
                         {.rounds = o->rounds,
+                         .warmup_rounds = o->warmup,
                          .token_ms = o->token_ms,
                          .generate = o->generate,
                          .before_sequence =
@@ -197,13 +260,15 @@ void add_bench_command(CLI::App& root) {
                              }},
                         progress);
     std::printf("%s", eval::bench_table(results).c_str());
+    std::fprintf(stderr, "bench: %s\n", memory_report(budget).c_str());
     if (!o->json.empty()) {
       const nlohmann::json header{
           {"model", o->model},           {"file", o->generate > 0 ? o->prompts : o->file},
           {"rounds", o->rounds},         {"windows", sequences.size()},
           {"window_len", o->window_len}, {"generate", o->generate},
           {"threads", o->threads},       {"max_inflight", o->engine.max_inflight},
-          {"calibration", calib_path},   {"scores_from", o->scores_from}};
+          {"calibration", calib_path},   {"scores_from", o->scores_from},
+          {"warmup_rounds", o->warmup},  {"machine", machine_json(*model, budget, probe)}};
       write_file_atomic(o->json,
                         eval::bench_json(results, header).dump(1) + "\n");  // complete or absent
     }

@@ -50,9 +50,11 @@ void add_run_command(CLI::App& root) {
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
   cmd->final_callback([o] {
     using Clock = std::chrono::steady_clock;
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
     const schedule::OffloadConfig offload =
         resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    check_fits(budget, *model, offload, o->context);
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
@@ -112,6 +114,7 @@ void add_run_command(CLI::App& root) {
                      t.latency_s * 1e3 / n);
       }
     }
+    std::fprintf(stderr, "memory: %s\n", memory_report(budget).c_str());
   });
 }
 

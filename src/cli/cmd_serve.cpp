@@ -80,9 +80,11 @@ void add_serve_command(CLI::App& root) {
   cmd->add_flag("--quiet", s.quiet, "No request log on stderr");
   cmd->final_callback([o] {
     server::ServerOptions& so = o->server;
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
     const schedule::OffloadConfig offload =
         resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    check_fits(budget, *model, offload, o->context);
     // Per-request policies use the same calibration (the model's calib.smcal by default).
     so.worker.engine = engine_params(o->engine, offload, o->threads, o->context);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);

@@ -4,8 +4,10 @@
 #include <filesystem>
 
 #include "common/error.hpp"
+#include "common/memory_limit.hpp"
 #include "engine/cuda_backend_factory.hpp"
 #include "engine/engine.hpp"
+#include "engine/memory_plan.hpp"
 #include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
@@ -39,6 +41,34 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
                   "present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--mem-limit", o.mem_limit,
+                  "Memory budget (e.g. 3G, 2.5GiB, 800MB): the process runs in a memory cgroup of "
+                  "that size, page cache counted; the engine must fit (non-expert weights + "
+                  "slots + KV) or the command says what does and what --cache would");
+}
+
+std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o) {
+  if (o.mem_limit.empty()) return std::nullopt;
+  return MemoryBudget::enter(parse_byte_count(o.mem_limit, "--mem-limit"));
+}
+
+void check_fits(const std::optional<MemoryBudget>& budget, const model::Model& model,
+                const schedule::OffloadConfig& offload, int context) {
+  if (!budget) return;
+  const model::ModelConfig& cfg = model.config();
+  const int positions = engine::resolve_context(cfg, context);
+  engine::check_memory_budget(engine::plan_memory(model, offload, positions), offload,
+                              budget->limit_bytes(), cfg.top_k, cfg.experts);
+}
+
+std::string memory_report(const std::optional<MemoryBudget>& budget) {
+  std::string out = "peak RSS " + bytes_text(peak_rss_bytes());
+  if (budget) {
+    const std::optional<uint64_t> peak = budget->peak_bytes();
+    out += ", cgroup peak " + (peak ? bytes_text(*peak) : std::string("unknown")) + " of " +
+           bytes_text(budget->limit_bytes());
+  }
+  return out;
 }
 
 std::string resolve_backend(const std::string& backend) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "common/memory_budget.hpp"
 #include "engine/engine.hpp"
 #include "model/weights.hpp"
 #include "schedule/offload_config.hpp"
@@ -22,10 +23,11 @@ struct EngineOptions {
   std::string calib;  // empty = the model's own calib.smcal when present
   bool verify = false;
   std::string backend = "auto";  // cpu | cuda | auto (cuda when built with it and a GPU is present)
+  std::string mem_limit;         // --mem-limit BYTES: empty = no budget
 };
 
 // Adds --policy (unless `with_policy` is false: commands that take several), --cache,
-// --residency, --link, --max-inflight, --calib, --verify and --backend to `cmd`.
+// --residency, --link, --max-inflight, --calib, --verify, --backend and --mem-limit to `cmd`.
 void add_engine_options(CLI::App* cmd, EngineOptions& options, bool with_policy = true);
 
 // The calibration file the options name: --calib, else the model's default (MODEL_DIR/calib.smcal
@@ -47,6 +49,18 @@ schedule::OffloadConfig resolve_policy(const schedule::OffloadRequest& request,
 // built with CUDA and a device is present, cpu otherwise; cuda when unavailable is an error
 // that says why.
 std::string resolve_backend(const std::string& backend);
+
+// --mem-limit: moves this process into a memory cgroup of that size (page cache counted) before
+// anything is loaded; nullopt without the option. Call first in a command.
+std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& options);
+
+// With a budget: throws a clear error when the engine for `offload` at `context` positions
+// cannot fit (engine/memory_plan.hpp), naming the parts and the largest --cache that would.
+void check_fits(const std::optional<MemoryBudget>& budget, const model::Model& model,
+                const schedule::OffloadConfig& offload, int context);
+
+// "peak RSS 1.2 GiB, cgroup peak 2.4 GiB of 3.0 GiB" (stderr, at the end of a command).
+std::string memory_report(const std::optional<MemoryBudget>& budget);
 
 // EngineParams for one resolved configuration.
 engine::EngineParams engine_params(const EngineOptions& options,

@@ -33,7 +33,7 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (params.max_batch < 1 || params.max_batch > 4096) {
     fail("engine", "max_batch", "expected 1..4096, found {}", params.max_batch);
   }
-  context_ = params.context > 0 ? params.context : std::min(cfg_.max_positions, 4096);
+  context_ = resolve_context(cfg_, params.context);
   if (context_ < 1 || context_ > (1 << 22)) {
     fail("engine", "context", "expected 1..4194304 positions, found {}", context_);
   }

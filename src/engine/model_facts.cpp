@@ -1,5 +1,7 @@
 #include "engine/model_facts.hpp"
 
+#include <algorithm>
+
 namespace steermoe::engine {
 
 policy::RouterSpec router_spec(const model::ModelConfig& c) {
@@ -15,6 +17,10 @@ policy::RouterSpec router_spec(const model::ModelConfig& c) {
   s.routed_scaling_factor = c.routed_scaling_factor;
   s.default_window = c.family == model::Family::kDeepseekV3 ? 4 : 8;
   return s;
+}
+
+int resolve_context(const model::ModelConfig& config, int requested) {
+  return requested > 0 ? requested : std::min(config.max_positions, 4096);
 }
 
 schedule::ModelFacts model_facts(const model::Model& model) {

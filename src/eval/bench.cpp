@@ -99,14 +99,21 @@ std::vector<BenchResult> run_bench(
   if (options.rounds < 1) fail("bench", "--rounds", "expected >= 1, found {}", options.rounds);
   std::vector<BenchResult> results(configs.size());
   for (size_t c = 0; c < configs.size(); ++c) results[c].config = configs[c];
+  if (options.warmup_rounds < 0)
+    fail("bench", "--warmup", "expected >= 0, found {}", options.warmup_rounds);
   const auto count = static_cast<int64_t>(configs.size());
+  int64_t runnable = 0;
+  for (const BenchConfig& c : configs) runnable += c.unavailable.empty() ? 1 : 0;
+  const int64_t total = runnable * (options.rounds + options.warmup_rounds);
   int64_t done = 0;
-  for (int round = 0; round < options.rounds; ++round) {
+  for (int round = -options.warmup_rounds; round < options.rounds; ++round) {
     for (int64_t i = 0; i < count; ++i) {
-      const auto c = static_cast<size_t>((i + round) % count);
+      const auto c = static_cast<size_t>(((i + round) % count + count) % count);
+      if (!configs[c].unavailable.empty()) continue;
       std::unique_ptr<engine::Engine> e = make_engine(c);
-      results[c].rounds.push_back(run_round(*e, sequences, options, round));
-      if (progress) progress(++done, count * options.rounds);
+      BenchRound r = run_round(*e, sequences, options, round);
+      if (round >= 0) results[c].rounds.push_back(std::move(r));  // warm-up rounds: untimed
+      if (progress) progress(++done, total);
     }
   }
   return results;
@@ -148,6 +155,7 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
                        {"residency", b.config.residency},
                        {"link", b.config.link},
                        {"resident", b.config.resident},
+                       {"unavailable", b.config.unavailable},
                        {"rounds", rounds}});
   }
   doc["configurations"] = configs;
@@ -168,7 +176,7 @@ std::string bench_table(std::span<const BenchResult> results) {
   // Speed-ups are against the first non-floor configuration (usually exact LRU), paired by round.
   const BenchResult* base = nullptr;
   for (const BenchResult& b : results)
-    if (!b.config.resident) {
+    if (!b.config.resident && b.config.unavailable.empty()) {
       base = &b;
       break;
     }
@@ -177,6 +185,10 @@ std::string bench_table(std::span<const BenchResult> results) {
       "copies/token demand + prefetch (late, unused) | stall ms | host ms (% of token) |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const BenchResult& b : results) {
+    if (!b.config.unavailable.empty()) {
+      out += fmt::format("| {} | {} | | | | | | |\n", b.config.name, b.config.unavailable);
+      continue;
+    }
     const std::vector<double> m = means(b);
     const MeanInterval mi = mean_t_interval(m);
     std::string speedup = "-";

@@ -24,10 +24,16 @@ struct BenchConfig {
   double residency = 0;
   std::string link;       // --link value
   bool resident = false;  // the all-experts-resident floor row
+  // Non-empty: not run, and why ("does not fit: ..."); reported as such.
+  std::string unavailable;
 };
 
 struct BenchOptions {
   int rounds = 3;
+  // Untimed rounds per configuration before the first timed one, each on a fresh engine: the
+  // weights read through the page cache (non-expert weights; every weight of the floor row) are
+  // then in memory when timing starts, so the floor row measures compute, not page faults.
+  int warmup_rounds = 1;
   bool token_ms = false;  // keep every token's latency in the JSON
   int generate = 0;       // > 0: greedy generation of this many tokens per prompt
   // Called before sequence i is decoded (e.g. to point a score source at its window).
@@ -54,7 +60,8 @@ struct BenchResult {
   std::vector<BenchRound> rounds;
 };
 
-// `make_engine(i)` builds a fresh engine for configuration `configs[i]`. `sequences`: the windows
+// `make_engine(i)` builds a fresh engine for configuration `configs[i]` (never called for an
+// unavailable one). `sequences`: the windows
 // (teacher forced) or, with options.generate > 0, the prompts. `progress(done, total)` after
 // every (round, configuration).
 std::vector<BenchResult> run_bench(
