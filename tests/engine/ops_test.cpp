@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstddef>
 #include <memory>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -40,6 +41,8 @@ struct Backend {
   bool cuda = false;
   kernels::Isa isa = kernels::Isa::kScalar;
 };
+
+void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
 
 std::vector<Backend> backends() {
   return {{"cpu_scalar", false, kernels::Isa::kScalar},
@@ -172,13 +175,13 @@ TEST_P(BackendOps, MatmulOverEveryWeightType) {
       bool ok = true;
       for (const HostMatrix& h : w) ok = ok && prepare(h.m);
       if (!ok) continue;
-      const std::vector<float> x = random_floats(rng_, static_cast<size_t>(n) * 256);
-      const float* dx = put(x);
+      std::vector<std::vector<float>> x;  // each product its own input
       std::vector<Product> p;
       std::vector<float*> dy;
       for (const HostMatrix& h : w) {
+        x.push_back(random_floats(rng_, static_cast<size_t>(n) * 256));
         dy.push_back(ops_->alloc(static_cast<size_t>(n) * h.m.rows));
-        p.push_back({.w = &h.m, .x = dx, .y = dy.back()});
+        p.push_back({.w = &h.m, .x = put(x.back()), .y = dy.back()});
       }
       ops_->matmul(p, n);
       for (size_t i = 0; i < w.size(); ++i) {
@@ -186,7 +189,7 @@ TEST_P(BackendOps, MatmulOverEveryWeightType) {
         const std::vector<float> y = get(dy[i], static_cast<size_t>(n) * rows);
         for (size_t t2 = 0; t2 < static_cast<size_t>(n); ++t2) {
           for (size_t r = 0; r < rows; ++r) {
-            const float* xt = &x[t2 * 256];
+            const float* xt = &x[i][t2 * 256];
             ASSERT_NEAR(y[t2 * rows + r], w[i].dot(r, xt), w[i].tolerance(r, xt))
                 << "product " << i << " token " << t2 << " row " << r;
           }
