@@ -1,10 +1,38 @@
+// The list of families, and what the generic code asks of a family.
 #include "model/family.hpp"
+
+#include "common/error.hpp"
+#include "model/family_def.hpp"
 
 namespace steermoe::model {
 
+std::span<const FamilyDef* const> family_defs() {
+  // In Family order. A new family: its file under families/, one line here, one Family value.
+  static const FamilyDef* const kAll[] = {&kOlmoeFamily, &kQwen3MoeFamily, &kDeepseekFamily,
+                                          &kQwen3NextFamily, &kQwen35MoeFamily};
+  return kAll;
+}
+
+const FamilyDef& family_def(Family family) {
+  for (const FamilyDef* def : family_defs()) {
+    if (def->id == family) return *def;
+  }
+  SM_ASSERT_MSG(false, "a Family without a FamilyDef");
+  return *family_defs().front();
+}
+
 Mixer layer_mixer(const ModelConfig& c, int layer) {
   if (c.is_linear(layer)) return Mixer::kGatedDeltaNet;
-  return c.family == Family::kDeepseekV3 ? Mixer::kMla : Mixer::kGqa;
+  return family_def(c.family).attention;
+}
+
+std::string join_or(const std::vector<std::string>& items) {
+  std::string out;
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i > 0) out += i + 1 == items.size() ? " or " : ", ";
+    out += items[i];
+  }
+  return out;
 }
 
 }  // namespace steermoe::model
