@@ -9,39 +9,39 @@
 
 namespace steermoe::engine {
 
-using model::Mixer;
 using model::layer_mixer;
+using model::Mixer;
 using model::QkNorm;
 
 // Activations (backend memory unless named h_*), sized once for max_batch tokens.
 struct OpsBackend::Buffers {
-  float* x = nullptr;          // [B][H] residual stream
-  float* a = nullptr;          // [B][H] normalised input of a block
-  float* q = nullptr;          // [B][heads * q_head_dim]
-  float* qg = nullptr;         // [B][heads * 2 * head_dim] gated attention: [q | gate] per head
-  float* attn_gate = nullptr;  // [B][heads * head_dim] gated attention: the gate
-  float* k = nullptr;          // [B][kv_heads * q_head_dim] (GQA) / [B][kv_lora] (MLA latent)
-  float* v = nullptr;          // [B][kv_heads * v_dim] (GQA)
-  float* qa = nullptr;         // [B][q_lora] (MLA)
-  float* ckv = nullptr;        // [B][kv_lora + rope] (MLA)
-  float* kvb = nullptr;        // [B][heads * (nope + v)] (MLA)
-  float* attn = nullptr;       // [B][heads * v_dim]
-  float* o = nullptr;          // [B][H] block output
-  float* gate = nullptr;       // [B][ffn_max]
-  float* up = nullptr;         // [B][ffn_max]
-  float* shared = nullptr;     // [B][H]
-  float* rl = nullptr;         // [2][B][E] router logits (this layer's, the pre-gate's)
-  float* logits = nullptr;     // [V] last token's logits
+  float* x = nullptr;           // [B][H] residual stream
+  float* a = nullptr;           // [B][H] normalised input of a block
+  float* q = nullptr;           // [B][heads * q_head_dim]
+  float* qg = nullptr;          // [B][heads * 2 * head_dim] gated attention: [q | gate] per head
+  float* attn_gate = nullptr;   // [B][heads * head_dim] gated attention: the gate
+  float* k = nullptr;           // [B][kv_heads * q_head_dim] (GQA) / [B][kv_lora] (MLA latent)
+  float* v = nullptr;           // [B][kv_heads * v_dim] (GQA)
+  float* qa = nullptr;          // [B][q_lora] (MLA)
+  float* ckv = nullptr;         // [B][kv_lora + rope] (MLA)
+  float* kvb = nullptr;         // [B][heads * (nope + v)] (MLA)
+  float* attn = nullptr;        // [B][heads * v_dim]
+  float* o = nullptr;           // [B][H] block output
+  float* gate = nullptr;        // [B][ffn_max]
+  float* up = nullptr;          // [B][ffn_max]
+  float* shared = nullptr;      // [B][H]
+  float* rl = nullptr;          // [2][B][E] router logits (this layer's, the pre-gate's)
+  float* logits = nullptr;      // [V] last token's logits
   float* logits_all = nullptr;  // [B][V] (devices only: the CPU writes the caller's buffer)
-  float* lin_qkv = nullptr;    // [B][conv_dim] Gated DeltaNet projections
-  float* lin_z = nullptr;      // [B][value_dim]
-  float* lin_b = nullptr;      // [B][v_heads]
-  float* lin_a = nullptr;      // [B][v_heads]
-  float* lin_core = nullptr;   // [B][value_dim]
-  float* inv_freq = nullptr;   // [rotary / 2] scaled RoPE frequencies (YaRN), else null
-  float* h_x = nullptr;        // host [B][H] embeddings
-  float* h_rl = nullptr;       // host [2][B][E]
-  float* h_logits = nullptr;   // host [V]
+  float* lin_qkv = nullptr;     // [B][conv_dim] Gated DeltaNet projections
+  float* lin_z = nullptr;       // [B][value_dim]
+  float* lin_b = nullptr;       // [B][v_heads]
+  float* lin_a = nullptr;       // [B][v_heads]
+  float* lin_core = nullptr;    // [B][value_dim]
+  float* inv_freq = nullptr;    // [rotary / 2] scaled RoPE frequencies (YaRN), else null
+  float* h_x = nullptr;         // host [B][H] embeddings
+  float* h_rl = nullptr;        // host [2][B][E]
+  float* h_logits = nullptr;    // host [V]
   std::vector<DeltaRuleState> lin_state;  // [layers] Gated DeltaNet layers' recurrent states
   std::vector<float> z, ws, pre, pre_ws;  // host router scores
 };
@@ -52,14 +52,15 @@ namespace {
 void prepare_layer(Ops& ops, const model::LayerWeights& w) {
   const model::LinearAttnWeights& la = w.linear;
   for (const kernels::Matrix* m :
-       {&w.wq, &w.wk, &w.wv, &w.wo, &w.q_a, &w.q_b, &w.kv_a, &w.kv_b, &w.router, &w.shared.gate,
-        &w.shared.up, &w.shared.down, &w.dense.gate, &w.dense.up, &w.dense.down, &la.qkv, &la.z,
-        &la.b, &la.a, &la.out}) {
+       {&w.wq,        &w.wk,          &w.wv,         &w.wo,       &w.q_a,
+        &w.q_b,       &w.kv_a,        &w.kv_b,       &w.router,   &w.shared.gate,
+        &w.shared.up, &w.shared.down, &w.dense.gate, &w.dense.up, &w.dense.down,
+        &la.qkv,      &la.z,          &la.b,         &la.a,       &la.out}) {
     if (m->data != nullptr) ops.prepare(*m);
   }
   for (const model::WeightVector* v :
-       {&w.attn_norm, &w.ffn_norm, &w.q_norm, &w.k_norm, &w.q_a_norm, &w.kv_a_norm,
-        &w.shared_gate, &la.conv, &la.dt_bias, &la.a_neg, &la.norm}) {
+       {&w.attn_norm, &w.ffn_norm, &w.q_norm, &w.k_norm, &w.q_a_norm, &w.kv_a_norm, &w.shared_gate,
+        &la.conv, &la.dt_bias, &la.a_neg, &la.norm}) {
     if (!v->empty()) ops.prepare(*v);
   }
 }
@@ -285,8 +286,9 @@ void OpsBackend::mla_attention(int l, int n, int pos0) {
   ops.rmsnorm(b.ckv, lora + rope_dim, w.kv_a_norm, b.k, lora, n, lora, m.lora_norm_eps);
   const Product kv[] = {{&w.kv_b, b.k, b.kvb}};
   ops.matmul(kv, n);
-  RopeSpec rope{.style = cfg_.rope == model::RopeKind::kInterleaved ? kernels::RopeStyle::kInterleaved
-                                                                    : kernels::RopeStyle::kNeox,
+  RopeSpec rope{.style = cfg_.rope == model::RopeKind::kInterleaved
+                             ? kernels::RopeStyle::kInterleaved
+                             : kernels::RopeStyle::kNeox,
                 .head_stride = qk,
                 .rot_offset = nope,
                 .rot_dim = rope_dim,
@@ -301,8 +303,7 @@ void OpsBackend::mla_attention(int l, int n, int pos0) {
   // Cache rows per head: key [k_nope | the shared rotary key], value v.
   float* kc = ops.kv_keys(l) + static_cast<int64_t>(pos0) * heads * qk;
   float* vc = ops.kv_values(l) + static_cast<int64_t>(pos0) * heads * vd;
-  ops.copy(b.kvb, kc,
-           {.rows = n * heads, .cols = nope, .src_row = nope + vd, .dst_row = qk});
+  ops.copy(b.kvb, kc, {.rows = n * heads, .cols = nope, .src_row = nope + vd, .dst_row = qk});
   ops.copy(k_rot, kc + nope,
            {.outer = n,
             .rows = heads,
@@ -328,8 +329,8 @@ void OpsBackend::gated_deltanet(int l, int n, int pos0) {
   const DeltaRuleState st = b.lin_state[static_cast<size_t>(l)];
   if (pos0 == 0) {  // a new sequence
     ops.zero(st.conv, static_cast<size_t>(la.conv_dim()) * static_cast<size_t>(la.conv_kernel - 1));
-    ops.zero(st.recurrent, static_cast<size_t>(la.v_heads) *
-                               static_cast<size_t>(la.k_head_dim * la.v_head_dim));
+    ops.zero(st.recurrent,
+             static_cast<size_t>(la.v_heads) * static_cast<size_t>(la.k_head_dim * la.v_head_dim));
   }
   const DeltaRuleSpec spec{.k_heads = la.k_heads,
                            .v_heads = la.v_heads,
@@ -338,8 +339,8 @@ void OpsBackend::gated_deltanet(int l, int n, int pos0) {
                            .conv_kernel = la.conv_kernel,
                            .v_heads_tiled = la.v_heads_tiled,
                            .eps = cfg_.rms_eps};
-  ops.delta_rule(spec, {.conv = w.conv, .a_neg = w.a_neg, .dt_bias = w.dt_bias, .norm = w.norm},
-                 st, b.lin_qkv, b.lin_z, b.lin_b, b.lin_a, n, b.lin_core);
+  ops.delta_rule(spec, {.conv = w.conv, .a_neg = w.a_neg, .dt_bias = w.dt_bias, .norm = w.norm}, st,
+                 b.lin_qkv, b.lin_z, b.lin_b, b.lin_a, n, b.lin_core);
   const Product out[] = {{&w.out, b.lin_core, b.o}};
   ops.matmul(out, n);
 }
@@ -396,7 +397,8 @@ void OpsBackend::moe(int l, int n, std::span<const ExpertCall> calls) {
     // Shared experts are added after the routed sum.
     swiglu_ffn(w.shared, cfg_.shared_ffn, b.a, n, b.shared);
     // Qwen3-Next / 3.5: shared expert output *= sigmoid(shared_expert_gate . x).
-    if (!w.shared_gate.empty()) ops_->sigmoid_dot_scale(b.shared, b.a, w.shared_gate, n, cfg_.hidden);
+    if (!w.shared_gate.empty())
+      ops_->sigmoid_dot_scale(b.shared, b.a, w.shared_gate, n, cfg_.hidden);
     ops_->add(b.o, b.shared, b.o, count);
   }
   ops_->add(b.x, b.o, b.x, count);

@@ -8,8 +8,8 @@ namespace steermoe::model {
 
 std::span<const FamilyDef* const> family_defs() {
   // In Family order. A new family: its file under families/, one line here, one Family value.
-  static const FamilyDef* const kAll[] = {&kOlmoeFamily, &kQwen3MoeFamily, &kDeepseekFamily,
-                                          &kQwen3NextFamily, &kQwen35MoeFamily};
+  static const FamilyDef* const kAll[] = {&olmoe_family(), &qwen3moe_family(), &deepseek_family(),
+                                          &qwen3next_family(), &qwen35moe_family()};
   return kAll;
 }
 
@@ -19,6 +19,28 @@ const FamilyDef& family_def(Family family) {
   }
   SM_ASSERT_MSG(false, "a Family without a FamilyDef");
   return *family_defs().front();
+}
+
+void FamilyDef::layout_mixer(LayoutBuilder& b, const ModelConfig& c, int layer) const {
+  layout_gqa_attention(b, c, layer);
+}
+
+void FamilyDef::bind_mixer(WeightBinder& b, const ModelConfig& c, int layer,
+                           LayerWeights& w) const {
+  bind_gqa_attention(b, c, layer, w);
+}
+
+bool FamilyDef::produce(const Model& /*m*/, const TensorSlot& /*s*/, DType /*dtype*/,
+                        OutputFile& /*out*/) const {
+  return false;
+}
+
+std::optional<DType> FamilyDef::stored_dtype(const Model& /*m*/, const TensorSlot& /*s*/) const {
+  return std::nullopt;
+}
+
+bool FamilyDef::shape(std::string_view /*name*/, ModelConfig& /*c*/) const {
+  return false;
 }
 
 Mixer layer_mixer(const ModelConfig& c, int layer) {

@@ -8,9 +8,8 @@
 // dense and MoE feed-forward tensors, the writers. family.cpp lists the families.
 #pragma once
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <span>
 #include <string>
@@ -33,7 +32,8 @@ class HfFields;
 class GgufKv;
 class LayoutBuilder;
 
-struct FamilyDef {
+// What a family is called and is made of.
+struct FamilyInfo {
   Family id = Family::kOlmoe;
   std::string_view name;        // family_name(): "olmoe"
   std::string_view dense_name;  // family_name() of a config with no MoE layer ("qwen3"); empty:
@@ -44,42 +44,52 @@ struct FamilyDef {
   Mixer attention = Mixer::kGqa;     // mixer of the layers that are not Gated DeltaNet layers
   bool hybrid = false;               // has Gated DeltaNet layers (layer_types)
   const char* hf_shared_expert = "mlp.shared_experts";  // HF name of the shared expert block
+  // Named shapes: real models, then "small" ones for tests (shape() makes them).
+  std::span<const std::string_view> shapes;
+  std::span<const std::string_view> small_shapes;
+};
+
+// A family: its FamilyInfo and the hooks the generic code calls. One class a file (families/).
+class FamilyDef : public FamilyInfo {
+ public:
+  explicit FamilyDef(const FamilyInfo& info) : FamilyInfo(info) {}
+  virtual ~FamilyDef() = default;
+  FamilyDef(const FamilyDef&) = delete;
+  FamilyDef& operator=(const FamilyDef&) = delete;
 
   // config.json -> the family's fields (model_type is one of hf_types; fill_common is the
   // family's to call, where its defaults need it).
-  void (*from_hf)(const HfFields& f, ModelConfig& c, std::string_view model_type) = nullptr;
+  virtual void from_hf(const HfFields& f, ModelConfig& c, std::string_view model_type) const = 0;
   // GGUF metadata -> the family's fields, after the common keys (config_from_gguf). `dense`:
   // the file is dense_gguf_arch.
-  void (*from_gguf)(const GgufFile& f, ModelConfig& c, bool dense) = nullptr;
+  virtual void from_gguf(const GgufFile& f, ModelConfig& c, bool dense) const = 0;
   // The family's config.json fields and GGUF metadata: the inverses of the two above.
-  void (*to_hf)(const ModelConfig& c, nlohmann::json& j) = nullptr;
-  void (*to_gguf)(const ModelConfig& c, GgufKv& kv) = nullptr;
-  // The mixer tensors of layer l: names and shapes, and their binding.
-  void (*layout_mixer)(LayoutBuilder& b, const ModelConfig& c, int layer) = nullptr;
-  void (*bind_mixer)(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w) = nullptr;
+  virtual void to_hf(const ModelConfig& c, nlohmann::json& j) const = 0;
+  virtual void to_gguf(const ModelConfig& c, GgufKv& kv) const = 0;
+  // The mixer tensors of layer l: names and shapes, and their binding (default: grouped-query
+  // attention, gqa.cpp).
+  virtual void layout_mixer(LayoutBuilder& b, const ModelConfig& c, int layer) const;
+  virtual void bind_mixer(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w) const;
   // Writer hooks for the slots whose stored form differs from the bound weights (a rearranged
-  // or rebuilt tensor); false / nullopt: not one of them. nullptr: the family has none.
-  bool (*produce)(const Model& m, const TensorSlot& s, DType dtype, OutputFile& out) = nullptr;
-  std::optional<DType> (*stored_dtype)(const Model& m, const TensorSlot& s) = nullptr;
-  // Named shapes (real models, then "small" ones for tests) and the config of a name: false if
-  // it is not one of this family's (aliases allowed). `c` comes with its source, NeoX RoPE and
-  // 4096 positions set; shape_config validates it.
-  std::span<const std::string_view> shapes;
-  std::span<const std::string_view> small_shapes;
-  bool (*shape)(std::string_view name, ModelConfig& c) = nullptr;
+  // or rebuilt tensor); false / nullopt (the default): not one of them.
+  virtual bool produce(const Model& m, const TensorSlot& s, DType dtype, OutputFile& out) const;
+  virtual std::optional<DType> stored_dtype(const Model& m, const TensorSlot& s) const;
+  // The config of a named shape: false if it is not one of this family's (aliases allowed). `c`
+  // comes with its source, NeoX RoPE and 4096 positions set; shape_config validates it.
+  virtual bool shape(std::string_view name, ModelConfig& c) const;
 };
 
-// Every family, in Family order (families/*.cpp).
+// Every family, in Family order (family.cpp lists them).
 std::span<const FamilyDef* const> family_defs();
 const FamilyDef& family_def(Family family);
 // "a, b or c" (the accepted values in messages).
 std::string join_or(const std::vector<std::string>& items);
 // The families of each file.
-extern const FamilyDef kOlmoeFamily;
-extern const FamilyDef kQwen3MoeFamily;
-extern const FamilyDef kDeepseekFamily;
-extern const FamilyDef kQwen3NextFamily;
-extern const FamilyDef kQwen35MoeFamily;
+const FamilyDef& olmoe_family();
+const FamilyDef& qwen3moe_family();
+const FamilyDef& deepseek_family();
+const FamilyDef& qwen3next_family();
+const FamilyDef& qwen35moe_family();
 
 // ---- config.json (hf_config.cpp) ----
 
@@ -140,11 +150,15 @@ class GgufKv {
   void u32(const std::string& key, int v) {
     kv_.emplace_back(arch_ + "." + key, GgufValue::u32(static_cast<uint32_t>(v)));
   }
-  void f32(const std::string& key, float v) { kv_.emplace_back(arch_ + "." + key, GgufValue::f32(v)); }
+  void f32(const std::string& key, float v) {
+    kv_.emplace_back(arch_ + "." + key, GgufValue::f32(v));
+  }
   void boolean(const std::string& key, bool v) {
     kv_.emplace_back(arch_ + "." + key, GgufValue::boolean(v));
   }
-  void add(const std::string& key, GgufValue v) { kv_.emplace_back(arch_ + "." + key, std::move(v)); }
+  void add(const std::string& key, GgufValue v) {
+    kv_.emplace_back(arch_ + "." + key, std::move(v));
+  }
 
  private:
   std::string arch_;

@@ -160,9 +160,7 @@ void write_f32_as(const std::vector<float>& v, DType dtype, const std::string& n
 
 DType stored_dtype(const Model& m, const TensorSlot& s) {
   if (s.role == Role::kEmbed) return m.weight_dtype();
-  if (const FamilyDef& def = family_def(m.config().family); def.stored_dtype != nullptr) {
-    if (auto d = def.stored_dtype(m, s)) return *d;
-  }
+  if (auto d = family_def(m.config().family).stored_dtype(m, s)) return *d;
   if (const WeightVector* v = vector_of(m, s)) return v->source_dtype;
   if (const kernels::Matrix* mat = matrix_of(m, s)) return to_model_dtype(mat->dtype);
   SM_ASSERT(s.expert < 0);  // stacked experts
@@ -176,8 +174,7 @@ SlotSource model_slot_source(const Model& m, DTypeChooser choose) {
     return choose ? choose(s, stored) : stored;
   };
   src.produce = [&m](const TensorSlot& s, DType dtype, OutputFile& out) {
-    const FamilyDef& def = family_def(m.config().family);
-    if (def.produce != nullptr && def.produce(m, s, dtype, out)) return;
+    if (family_def(m.config().family).produce(m, s, dtype, out)) return;
     if (s.role == Role::kEmbed) {
       if (m.weight_dtype() == dtype) {
         out.write(m.embedding().bytes());
@@ -262,7 +259,7 @@ ModelConfig shape_config(const std::string& shape) {
   for (const FamilyDef* def : family_defs()) names.insert(names.end(), def->shapes.begin(), def->shapes.end());
   for (const FamilyDef* def : family_defs()) {
     names.insert(names.end(), def->small_shapes.begin(), def->small_shapes.end());
-    if (def->shape != nullptr && def->shape(shape, c)) {  // sets the family
+    if (def->shape(shape, c)) {  // sets the family
       c.validate();
       return c;
     }

@@ -6,6 +6,8 @@
 // derived from the inputs of the element it bounds (unit roundoff times the sizes and magnitudes
 // involved, plus the input roundings a kernel documents: bf16 x on AVX-512 BF16, int8 x for
 // block-quantized weights). The same file is built into test_cuda.
+#include "engine/ops.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -21,7 +23,6 @@
 #include "common/error.hpp"
 #include "engine/cpu/cpu_ops.hpp"
 #include "engine/cuda_backend_factory.hpp"
-#include "engine/ops.hpp"
 #include "kernels/kernels.hpp"
 #include "model/dtype.hpp"
 #include "model/weights.hpp"
@@ -42,7 +43,9 @@ struct Backend {
   kernels::Isa isa = kernels::Isa::kScalar;
 };
 
-void PrintTo(const Backend& b, std::ostream* os) { *os << b.name; }
+void PrintTo(const Backend& b, std::ostream* os) {
+  *os << b.name;
+}
 
 std::vector<Backend> backends() {
   return {{"cpu_scalar", false, kernels::Isa::kScalar},
@@ -99,8 +102,12 @@ struct HostMatrix {
   std::vector<float> values;
 };
 
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double silu(double x) { return x * sigmoid(x); }
+double sigmoid(double x) {
+  return 1.0 / (1.0 + std::exp(-x));
+}
+double silu(double x) {
+  return x * sigmoid(x);
+}
 
 class BackendOps : public ::testing::TestWithParam<Backend> {
  protected:
@@ -209,8 +216,8 @@ TEST_P(BackendOps, RmsnormRowsWithStridesAndWithoutWeight) {
   ops_->prepare(w);
   for (const bool weighted : {true, false}) {
     float* dout = ops_->alloc(static_cast<size_t>(rows * os));
-    ops_->rmsnorm(put(x), xs, weighted ? std::span<const float>(w) : std::span<const float>(),
-                  dout, os, rows, dim, 1e-5f);
+    ops_->rmsnorm(put(x), xs, weighted ? std::span<const float>(w) : std::span<const float>(), dout,
+                  os, rows, dim, 1e-5f);
     const std::vector<float> out = get(dout, static_cast<size_t>(rows * os));
     for (int r = 0; r < rows; ++r) {
       double ss = 0.0;
@@ -258,9 +265,9 @@ TEST_P(BackendOps, RopeNeoxInterleavedPartialAndScaled) {
     bool scaled;
   };
   for (const Case c : {Case{kernels::RopeStyle::kNeox, 16, 0, 16, false},
-                       Case{kernels::RopeStyle::kNeox, 16, 0, 4, false},  // partial rotary
+                       Case{kernels::RopeStyle::kNeox, 16, 0, 4, false},          // partial rotary
                        Case{kernels::RopeStyle::kInterleaved, 24, 16, 8, false},  // MLA q
-                       Case{kernels::RopeStyle::kNeox, 16, 0, 8, true}}) {       // YaRN
+                       Case{kernels::RopeStyle::kNeox, 16, 0, 8, true}}) {        // YaRN
     SCOPED_TRACE("head " + std::to_string(c.head_stride) + " offset " +
                  std::to_string(c.rot_offset) + " rot " + std::to_string(c.rot_dim) +
                  (c.scaled ? " scaled" : ""));
@@ -304,7 +311,8 @@ TEST_P(BackendOps, AttentionDecodeAndPrefillOverTheCache) {
     s.scale = 1.0f / std::sqrt(static_cast<float>(s.dk));
     SCOPED_TRACE("heads " + std::to_string(s.heads) + "/" + std::to_string(s.kv_heads) + " n " +
                  std::to_string(c.n) + " pos0 " + std::to_string(c.pos0));
-    const auto kw = static_cast<size_t>(s.kv_heads * s.dk), vw = static_cast<size_t>(s.kv_heads * s.dv);
+    const auto kw = static_cast<size_t>(s.kv_heads * s.dk),
+               vw = static_cast<size_t>(s.kv_heads * s.dv);
     const std::vector<float> q = random_floats(rng_, static_cast<size_t>(c.n * s.heads * s.dk));
     const std::vector<float> k = random_floats(rng_, kContext * kw, -2.0f, 2.0f);
     const std::vector<float> v = random_floats(rng_, kContext * vw);
@@ -322,7 +330,9 @@ TEST_P(BackendOps, AttentionDecodeAndPrefillOverTheCache) {
         for (int j = 0; j < positions; ++j) {
           double d = 0.0, abs = 0.0;
           for (int i = 0; i < s.dk; ++i) {
-            const double e = double{qh[i]} * k[static_cast<size_t>(j) * kw + g * static_cast<size_t>(s.dk) + static_cast<size_t>(i)];
+            const double e =
+                double{qh[i]} * k[static_cast<size_t>(j) * kw + g * static_cast<size_t>(s.dk) +
+                                  static_cast<size_t>(i)];
             d += e;
             abs += std::fabs(e);
           }
@@ -334,7 +344,8 @@ TEST_P(BackendOps, AttentionDecodeAndPrefillOverTheCache) {
         for (int d = 0; d < s.dv; ++d) {
           double ref = 0.0, mag = 0.0;
           for (int j = 0; j < positions; ++j) {
-            const double vj = v[static_cast<size_t>(j) * vw + g * static_cast<size_t>(s.dv) + static_cast<size_t>(d)];
+            const double vj = v[static_cast<size_t>(j) * vw + g * static_cast<size_t>(s.dv) +
+                                static_cast<size_t>(d)];
             ref += p[static_cast<size_t>(j)] / sum * vj;
             mag += p[static_cast<size_t>(j)] / sum * std::fabs(vj);
           }
@@ -361,15 +372,19 @@ TEST_P(BackendOps, ElementwiseSwigluAddClampSigmoidMul) {
     }
   };
   ops_->swiglu(put(a), put(b), out, static_cast<int64_t>(n));
-  check("swiglu", [](double g, double u) { return silu(g) * u; }, 32.0);
+  check(
+      "swiglu", [](double g, double u) { return silu(g) * u; }, 32.0);
   ops_->add(put(a), put(b), out, static_cast<int64_t>(n));
-  check("add", [](double x, double y) { return x + y; }, 1.0);
+  check(
+      "add", [](double x, double y) { return x + y; }, 1.0);
   ops_->upload(out, a.data(), n);
   ops_->clamp(out, static_cast<int64_t>(n), 2.5f);
-  check("clamp", [](double x, double) { return std::clamp(x, -2.5, 2.5); }, 0.0);
+  check(
+      "clamp", [](double x, double) { return std::clamp(x, -2.5, 2.5); }, 0.0);
   ops_->upload(out, a.data(), n);
   ops_->sigmoid_mul(out, put(b), static_cast<int64_t>(n));
-  check("sigmoid_mul", [](double x, double g) { return x * sigmoid(g); }, 32.0);
+  check(
+      "sigmoid_mul", [](double x, double g) { return x * sigmoid(g); }, 32.0);
 }
 
 TEST_P(BackendOps, SigmoidDotScaleGatesEachRow) {
@@ -398,7 +413,13 @@ TEST_P(BackendOps, SigmoidDotScaleGatesEachRow) {
 }
 
 TEST_P(BackendOps, CopyStridedBroadcastAndZero) {
-  const CopySpec c{.outer = 3, .rows = 4, .cols = 5, .src_outer = 7, .src_row = 0, .dst_outer = 50, .dst_row = 9};
+  const CopySpec c{.outer = 3,
+                   .rows = 4,
+                   .cols = 5,
+                   .src_outer = 7,
+                   .src_row = 0,
+                   .dst_outer = 50,
+                   .dst_row = 9};
   const std::vector<float> src = random_floats(rng_, 30);
   std::vector<float> dst(160, 42.0f);
   float* d = put(dst);
@@ -416,8 +437,8 @@ TEST_P(BackendOps, CopyStridedBroadcastAndZero) {
 }
 
 // Routed experts of one token as the op defines them, in double; tol gets the bound.
-double moe_ref(const std::vector<std::array<HostMatrix, 3>>& ex, const std::vector<ExpertCall>& calls,
-               const float* x, size_t row, double* tol) {
+double moe_ref(const std::vector<std::array<HostMatrix, 3>>& ex,
+               const std::vector<ExpertCall>& calls, const float* x, size_t row, double* tol) {
   double out = 0.0;
   *tol = 1e-30;
   for (const ExpertCall& c : calls) {
@@ -497,16 +518,21 @@ struct DeltaRef {
     const int cd = conv_dim(), m = s.conv_kernel - 1, kd = s.k_heads * s.dk;
     for (int c = 0; c < cd; ++c) {
       double acc = 0.0;
-      for (int j = 0; j < m; ++j) acc += w.conv[static_cast<size_t>(c * s.conv_kernel + j)] * conv[static_cast<size_t>(c * m + j)];
+      for (int j = 0; j < m; ++j)
+        acc += w.conv[static_cast<size_t>(c * s.conv_kernel + j)] *
+               conv[static_cast<size_t>(c * m + j)];
       acc += w.conv[static_cast<size_t>(c * s.conv_kernel + m)] * x[static_cast<size_t>(c)];
-      for (int j = 0; j + 1 < m; ++j) conv[static_cast<size_t>(c * m + j)] = conv[static_cast<size_t>(c * m + j + 1)];
+      for (int j = 0; j + 1 < m; ++j)
+        conv[static_cast<size_t>(c * m + j)] = conv[static_cast<size_t>(c * m + j + 1)];
       if (m > 0) conv[static_cast<size_t>(c * m + m - 1)] = x[static_cast<size_t>(c)];
       x[static_cast<size_t>(c)] = silu(acc);
     }
     for (int h = 0; h < 2 * s.k_heads; ++h) {  // q heads then k heads
       double ss = 0.0;
-      for (int i = 0; i < s.dk; ++i) ss += x[static_cast<size_t>(h * s.dk + i)] * x[static_cast<size_t>(h * s.dk + i)];
-      const double scale = 1.0 / std::sqrt(ss + 1e-6) / (h < s.k_heads ? std::sqrt(double{1.0} * s.dk) : 1.0);
+      for (int i = 0; i < s.dk; ++i)
+        ss += x[static_cast<size_t>(h * s.dk + i)] * x[static_cast<size_t>(h * s.dk + i)];
+      const double scale =
+          1.0 / std::sqrt(ss + 1e-6) / (h < s.k_heads ? std::sqrt(double{1.0} * s.dk) : 1.0);
       for (int i = 0; i < s.dk; ++i) x[static_cast<size_t>(h * s.dk + i)] *= scale;
     }
     for (int h = 0; h < s.v_heads; ++h) {
@@ -516,7 +542,8 @@ struct DeltaRef {
       const double* v = &x[static_cast<size_t>(2 * kd + h * s.dv)];
       const double beta = sigmoid(b[h]);
       const double pre = double{a[h]} + w.dt_bias[static_cast<size_t>(h)];
-      const double g = w.a_neg[static_cast<size_t>(h)] * (pre > 20.0 ? pre : std::log1p(std::exp(pre)));
+      const double g =
+          w.a_neg[static_cast<size_t>(h)] * (pre > 20.0 ? pre : std::log1p(std::exp(pre)));
       double* St = &S[static_cast<size_t>(h * s.dk * s.dv)];
       double* o = core + h * s.dv;
       double ss = 0.0;
@@ -529,7 +556,8 @@ struct DeltaRef {
         ss += o[j] * o[j];
       }
       const double inv = 1.0 / std::sqrt(ss / s.dv + s.eps);
-      for (int j = 0; j < s.dv; ++j) o[j] = w.norm[static_cast<size_t>(j)] * o[j] * inv * silu(z[h * s.dv + j]);
+      for (int j = 0; j < s.dv; ++j)
+        o[j] = w.norm[static_cast<size_t>(j)] * o[j] * inv * silu(z[h * s.dv + j]);
     }
   }
 };
@@ -537,8 +565,13 @@ struct DeltaRef {
 TEST_P(BackendOps, DeltaRuleCarriesItsStateAcrossCalls) {
   for (const bool tiled : {false, true}) {
     SCOPED_TRACE(tiled ? "tiled value heads" : "grouped value heads");
-    const DeltaRuleSpec s{.k_heads = 2, .v_heads = 4, .dk = 8, .dv = 8, .conv_kernel = 4,
-                          .v_heads_tiled = tiled, .eps = 1e-6f};
+    const DeltaRuleSpec s{.k_heads = 2,
+                          .v_heads = 4,
+                          .dk = 8,
+                          .dv = 8,
+                          .conv_kernel = 4,
+                          .v_heads_tiled = tiled,
+                          .eps = 1e-6f};
     DeltaRef ref{.s = s};
     const int cd = ref.conv_dim(), vd = s.v_heads * s.dv, nv = s.v_heads;
     ref.conv.assign(static_cast<size_t>(cd * (s.conv_kernel - 1)), 0.0);
@@ -549,7 +582,8 @@ TEST_P(BackendOps, DeltaRuleCarriesItsStateAcrossCalls) {
     const std::vector<float> norm = random_floats(rng_, static_cast<size_t>(s.dv), 0.5f, 1.5f);
     for (const auto* v : {&conv, &a_neg, &dt_bias, &norm}) ops_->prepare(*v);
     const DeltaRuleWeights w{.conv = conv, .a_neg = a_neg, .dt_bias = dt_bias, .norm = norm};
-    const DeltaRuleState st{.conv = ops_->alloc(ref.conv.size()), .recurrent = ops_->alloc(ref.S.size())};
+    const DeltaRuleState st{.conv = ops_->alloc(ref.conv.size()),
+                            .recurrent = ops_->alloc(ref.S.size())};
     int done = 0;
     for (const int n : {3, 1, 2}) {  // a prefill, then decoding: the state carries over
       const std::vector<float> qkv = random_floats(rng_, static_cast<size_t>(n * cd), -2.0f, 2.0f);

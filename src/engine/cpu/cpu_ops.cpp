@@ -13,16 +13,16 @@ using kernels::Matrix;
 
 // MoE and product scratch, sized once for max_batch tokens so that no op allocates.
 struct CpuOps::Scratch {
-  std::vector<int32_t> exp_count;   // [E]
-  std::vector<int32_t> exp_tokens;  // [E][B]
-  std::vector<float> exp_weights;   // [E][B]
+  std::vector<int32_t> exp_count;                    // [E]
+  std::vector<int32_t> exp_tokens;                   // [E][B]
+  std::vector<float> exp_weights;                    // [E][B]
   std::vector<const model::SwigluWeights*> exp_ptr;  // [E] weights of each expert in the batch
-  std::vector<float> gathered;      // [B][H]
-  std::vector<float> gate;          // [B][F]
-  std::vector<float> up;            // [B][F]
-  std::vector<float> ffn_out;       // [B][H]
-  std::vector<float> exp_gu;        // [K][2 * F] decode: gate | up per selected expert
-  std::vector<float> exp_out;       // [K][H] decode: down output per selected expert
+  std::vector<float> gathered;                       // [B][H]
+  std::vector<float> gate;                           // [B][F]
+  std::vector<float> up;                             // [B][F]
+  std::vector<float> ffn_out;                        // [B][H]
+  std::vector<float> exp_gu;   // [K][2 * F] decode: gate | up per selected expert
+  std::vector<float> exp_out;  // [K][H] decode: down output per selected expert
   // decode: matrix products run under one synchronisation
   std::vector<kernels::MatvecJob> jobs;
 };
@@ -39,7 +39,9 @@ void product(kernels::ThreadPool& pool, const Matrix& w, const float* x, int n, 
   }
 }
 
-float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
 
 constexpr size_t kMaxProducts = 8;  // products of one matmul() call
 
@@ -174,7 +176,9 @@ void CpuOps::copy(const float* src, float* dst, const CopySpec& c) {
   }
 }
 
-void CpuOps::zero(float* x, size_t count) { std::fill_n(x, count, 0.0f); }
+void CpuOps::zero(float* x, size_t count) {
+  std::fill_n(x, count, 0.0f);
+}
 
 void CpuOps::moe(int /*layer*/, const float* x, int n, std::span<const ExpertCall> calls,
                  float* out) {
@@ -253,12 +257,11 @@ void CpuOps::moe_grouped(const float* x, int n, std::span<const ExpertCall> call
   }
 }
 
-void CpuOps::delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
-                        DeltaRuleState state, float* qkv, const float* z, const float* b,
-                        const float* a, int n, float* core) {
+void CpuOps::delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
+                        float* qkv, const float* z, const float* b, const float* a, int n,
+                        float* core) {
   // Token by token (a batched prefill computes exactly what decoding does).
-  const auto conv_dim =
-      static_cast<size_t>(2 * spec.k_heads * spec.dk + spec.v_heads * spec.dv);
+  const auto conv_dim = static_cast<size_t>(2 * spec.k_heads * spec.dk + spec.v_heads * spec.dv);
   const auto vd = static_cast<size_t>(spec.v_heads * spec.dv);
   const auto nv = static_cast<size_t>(spec.v_heads);
   for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
@@ -296,8 +299,8 @@ void CpuOps::delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights&
     const float beta = sigmoid(b[h]);
     const float g = w.a_neg[h] * kernels::softplus(a[h] + w.dt_bias[h]);
     float* o = core + h * dv;
-    kernels::delta_rule_step(state.recurrent + h * dk * dv, q + kh * dk, k + kh * dk, v + h * dv,
-                             g, beta, dk, dv, o);
+    kernels::delta_rule_step(state.recurrent + h * dk * dv, q + kh * dk, k + kh * dk, v + h * dv, g,
+                             beta, dk, dv, o);
     kernels::rmsnorm_gated(o, w.norm.data(), z + h * dv, o, dv, spec.eps);
   }
 }

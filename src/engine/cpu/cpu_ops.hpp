@@ -68,9 +68,8 @@ class CpuOps final : public Ops {
   struct Scratch;
   void moe_decode(const float* x, std::span<const ExpertCall> calls, float* out);
   void moe_grouped(const float* x, int n, std::span<const ExpertCall> calls, float* out);
-  void delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
-                        DeltaRuleState state, float* mixed, const float* z, const float* b,
-                        const float* a, float* core);
+  void delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
+                        float* mixed, const float* z, const float* b, const float* a, float* core);
 
   CpuOpsParams params_;
   kernels::ThreadPool pool_;

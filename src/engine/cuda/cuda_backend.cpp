@@ -22,7 +22,9 @@ size_t swiglu_bytes(const model::SwigluWeights& w) {
          kernels::stored_bytes(w.down);
 }
 
-double gib(size_t b) { return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0); }
+double gib(size_t b) {
+  return static_cast<double>(b) / (1024.0 * 1024.0 * 1024.0);
+}
 
 // Bytes of the non-expert weights (what OpsBackend prepares) and of the largest expert.
 struct WeightBytes {
@@ -37,8 +39,8 @@ WeightBytes weight_bytes(const model::Model& model) {
   for (int l = 0; l < c.layers; ++l) {
     const model::LayerWeights& w = model.layer(l);
     const model::LinearAttnWeights& la = w.linear;
-    for (const kernels::Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.q_a, &w.q_b, &w.kv_a,
-                                     &w.kv_b, &w.router, &la.qkv, &la.z, &la.b, &la.a, &la.out})
+    for (const kernels::Matrix* m : {&w.wq, &w.wk, &w.wv, &w.wo, &w.q_a, &w.q_b, &w.kv_a, &w.kv_b,
+                                     &w.router, &la.qkv, &la.z, &la.b, &la.a, &la.out})
       out.weights += m->data == nullptr ? 0 : kernels::stored_bytes(*m);
     out.weights += swiglu_bytes(w.shared) + swiglu_bytes(w.dense);
     for (const model::SwigluWeights& e : w.experts) {
@@ -63,18 +65,19 @@ void check_device_memory(const model::Model& model, const CudaBackendParams& par
   const auto heads = static_cast<size_t>(c.heads);
   size_t experts = params.upload_experts ? wb.all_experts : 0;
   if (!params.upload_experts && !params.experts_on_device)
-    experts = static_cast<size_t>(c.moe_layer_count()) *
-              static_cast<size_t>(params.cache_slots) * wb.expert;
+    experts = static_cast<size_t>(c.moe_layer_count()) * static_cast<size_t>(params.cache_slots) *
+              wb.expert;
   size_t kv_layers = 0;
   for (int l = 0; l < c.layers; ++l) kv_layers += c.is_linear(l) ? 0 : 1;
   const size_t kv_bytes = kv_layers * ctx * static_cast<size_t>(c.kv_heads) *
                           static_cast<size_t>(c.q_head_dim() + c.v_dim()) * sizeof(float);
   // Activations: dominated by the attention scratch and the batch's logits.
   const size_t act =
-      sizeof(float) * (B * heads * ctx + B * static_cast<size_t>(c.vocab) +
-                       16 * B * static_cast<size_t>(std::max(
-                                     {c.hidden, c.heads * c.q_head_dim(), c.expert_ffn,
-                                      c.shared_ffn, c.dense_ffn, c.linear.conv_dim()})));
+      sizeof(float) *
+      (B * heads * ctx + B * static_cast<size_t>(c.vocab) +
+       16 * B *
+           static_cast<size_t>(std::max({c.hidden, c.heads * c.q_head_dim(), c.expert_ffn,
+                                         c.shared_ffn, c.dense_ffn, c.linear.conv_dim()})));
   size_t free_b = 0, total_b = 0;
   check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
   const size_t need = wb.weights + experts + kv_bytes + act + (256u << 20);  // + runtime margin

@@ -95,8 +95,8 @@ class CudaOps final : public Ops {
   std::unordered_map<const void*, kc::DMatrix> matrices_;  // host data -> device copy
   std::unordered_map<const float*, const float*> vectors_;
   std::vector<float*> kv_k_, kv_v_;
-  float* scratch_ = nullptr;  // attention: [B][heads][context]
-  float* d_h_ = nullptr;      // MoE: [K][expert_ffn]
+  float* scratch_ = nullptr;          // attention: [B][heads][context]
+  float* d_h_ = nullptr;              // MoE: [K][expert_ffn]
   kc::MoeExpert* h_calls_ = nullptr;  // pinned [B * K]
   kc::MoeExpert* d_calls_ = nullptr;  // device [B * K]
   // Own device slots [moe layer * C + slot]: memory, the expert held (-1 none), and the host
@@ -135,7 +135,9 @@ CudaOps::~CudaOps() {
   if (stream_ != nullptr) cudaStreamDestroy(stream_);
 }
 
-float* CudaOps::alloc(size_t count) { return device_alloc<float>(count); }
+float* CudaOps::alloc(size_t count) {
+  return device_alloc<float>(count);
+}
 
 float* CudaOps::alloc_host(size_t count) {
   void* p = nullptr;
@@ -217,18 +219,17 @@ void CudaOps::matmul(std::span<const Product> products, int n) {
 
 void CudaOps::rmsnorm(const float* x, int64_t x_stride, std::span<const float> w, float* out,
                       int64_t out_stride, int rows, int dim, float eps) {
-  check_launch(
-      kc::rmsnorm_rows(x, x_stride, device(w), out, out_stride, rows, dim, eps, stream_),
-      "rmsnorm");
+  check_launch(kc::rmsnorm_rows(x, x_stride, device(w), out, out_stride, rows, dim, eps, stream_),
+               "rmsnorm");
 }
 
 void CudaOps::rope(float* x, int n, int64_t token_stride, int heads, int pos0,
                    const RopeSpec& spec) {
-  check_launch(kc::rope_scaled(x, n, token_stride, heads, spec.head_stride, spec.rot_offset,
-                               spec.rot_dim, pos0, spec.theta,
-                               spec.style == kernels::RopeStyle::kInterleaved, spec.inv_freq,
-                               spec.attention_factor, stream_),
-               "rope");
+  check_launch(
+      kc::rope_scaled(x, n, token_stride, heads, spec.head_stride, spec.rot_offset, spec.rot_dim,
+                      pos0, spec.theta, spec.style == kernels::RopeStyle::kInterleaved,
+                      spec.inv_freq, spec.attention_factor, stream_),
+      "rope");
 }
 
 void CudaOps::attention(const float* q, const float* k_cache, const float* v_cache, float* out,
@@ -274,8 +275,8 @@ kc::MoeExpert CudaOps::device_expert(int layer, const ExpertCall& call) {
   const int m = p_.moe_index.at(static_cast<size_t>(layer));
   SM_ASSERT_MSG(m >= 0 && p_.cache_slots > 0, "expert store handed out weights not in the model");
   SM_ASSERT(call.slot >= 0 && call.slot < p_.cache_slots);
-  const size_t idx = static_cast<size_t>(m) * static_cast<size_t>(p_.cache_slots) +
-                     static_cast<size_t>(call.slot);
+  const size_t idx =
+      static_cast<size_t>(m) * static_cast<size_t>(p_.cache_slots) + static_cast<size_t>(call.slot);
   auto* base = static_cast<uint8_t*>(slot_mem_[idx]);
   const size_t gb = kernels::stored_bytes(src.gate), ub = kernels::stored_bytes(src.up);
   if (slot_expert_[idx] != call.expert || slot_source_[idx] != src.gate.data) {
@@ -288,8 +289,7 @@ kc::MoeExpert CudaOps::device_expert(int layer, const ExpertCall& call) {
   return {.gate = base, .up = base + gb, .down = base + gb + ub, .weight = call.weight};
 }
 
-void CudaOps::moe(int layer, const float* x, int n, std::span<const ExpertCall> calls,
-                  float* out) {
+void CudaOps::moe(int layer, const float* x, int n, std::span<const ExpertCall> calls, float* out) {
   SM_ASSERT(n >= 1 && n <= p_.max_batch && calls.size() % static_cast<size_t>(n) == 0);
   const size_t K = calls.size() / static_cast<size_t>(n);
   SM_ASSERT(K <= static_cast<size_t>(p_.top_k));
@@ -307,15 +307,15 @@ void CudaOps::moe(int layer, const float* x, int n, std::span<const ExpertCall> 
   const int H = p_.hidden;
   for (int t = 0; t < n; ++t) {
     const auto off = static_cast<size_t>(t) * static_cast<size_t>(H);
-    check_launch(kc::moe_fused(d_calls_ + static_cast<size_t>(t) * K, static_cast<int>(K), dtype,
-                               H, p_.expert_ffn, x + off, d_h_, out + off, false, stream_),
+    check_launch(kc::moe_fused(d_calls_ + static_cast<size_t>(t) * K, static_cast<int>(K), dtype, H,
+                               p_.expert_ffn, x + off, d_h_, out + off, false, stream_),
                  "moe_fused");
   }
 }
 
-void CudaOps::delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
-                         DeltaRuleState state, float* qkv, const float* z, const float* b,
-                         const float* a, int n, float* core) {
+void CudaOps::delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
+                         float* qkv, const float* z, const float* b, const float* a, int n,
+                         float* core) {
   const kc::DeltaRuleArgs args{.conv_state = state.conv,
                                .recurrent = state.recurrent,
                                .qkv = qkv,

@@ -13,7 +13,9 @@ namespace steermoe::engine {
 inline void check(cudaError_t err, const char* what) {
   if (err != cudaSuccess) fail("cuda", what, "expected success, found {}", cudaGetErrorString(err));
 }
-inline void check_launch(int err, const char* what) { check(static_cast<cudaError_t>(err), what); }
+inline void check_launch(int err, const char* what) {
+  check(static_cast<cudaError_t>(err), what);
+}
 
 // The kernels' type of a weight matrix; an error naming the type for the others.
 inline kernels::cuda::WType weight_type(kernels::DType d) {

@@ -30,8 +30,7 @@ using Json = nlohmann::json;
 void linear_attention_from_hf(const HfFields& f, ModelConfig& c) {
   using L = ConfigLimits;
   LinearAttnConfig& a = c.linear;
-  a.conv_kernel =
-      static_cast<int>(f.integer_or("linear_conv_kernel_dim", 4, 1, L::kMaxConvKernel));
+  a.conv_kernel = static_cast<int>(f.integer_or("linear_conv_kernel_dim", 4, 1, L::kMaxConvKernel));
   a.k_head_dim = static_cast<int>(f.integer_or("linear_key_head_dim", 128, 1, L::kMaxHeadDim));
   a.v_head_dim = static_cast<int>(f.integer_or("linear_value_head_dim", 128, 1, L::kMaxHeadDim));
   a.k_heads = static_cast<int>(f.integer_or("linear_num_key_heads", 16, 1, L::kMaxHeads));
@@ -55,7 +54,8 @@ void linear_attention_from_hf(const HfFields& f, ModelConfig& c) {
     }
   } else {
     const int64_t interval = f.integer_or("full_attention_interval", 4, 1, L::kMaxLayers);
-    for (int l = 0; l < c.layers; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+    for (int l = 0; l < c.layers; ++l)
+      c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
   }
 }
 
@@ -86,144 +86,6 @@ void text_from_hf(const HfFields& f, ModelConfig& c) {
   linear_attention_from_hf(f, c);
 }
 
-// qwen3_5_moe is the multimodal wrapper: only the text model (text_config) runs (the vision tower
-// and the MTP head are ignored); tie_word_embeddings lives at the top level.
-void from_hf(const HfFields& f, ModelConfig& c, std::string_view model_type) {
-  if (model_type != "qwen3_5_moe") {
-    text_from_hf(f, c);
-    return;
-  }
-  if (!f.has("text_config") || !f.raw("text_config").is_object()) {
-    fail(f.where(), "text_config", "expected an object (the qwen3_5_moe text model)");
-  }
-  Json text = f.raw("text_config");
-  if (!text.contains("tie_word_embeddings") && f.json().contains("tie_word_embeddings")) {
-    text["tie_word_embeddings"] = f.json()["tie_word_embeddings"];
-  }
-  const std::string text_where = f.where() + " (text_config)";
-  HfFields tf(text, text_where);
-  // Through HfFields: a model_type that is not a string is a clean error, not a JSON exception.
-  const std::string inner = tf.string_or("model_type", "qwen3_5_moe_text");
-  if (inner != "qwen3_5_moe_text") {
-    fail(f.where(), "text_config.model_type", "expected \"qwen3_5_moe_text\", found \"{}\"", inner);
-  }
-  text_from_hf(tf, c);
-}
-
-void from_gguf(const GgufFile& f, ModelConfig& c, bool /*dense*/) {
-  const std::string& p = c.gguf_prefix;
-  c.head_dim = gguf_int(f, p + "attention.key_length");
-  if (gguf_int_or(f, p + "attention.value_length", c.head_dim) != c.head_dim) {
-    fail(f.name(), p + "attention.value_length", "expected key_length ({})", c.head_dim);
-  }
-  c.rope_dim = gguf_int_or(f, p + "rope.dimension_count", c.head_dim);
-  c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
-  c.shared_ffn = gguf_int_or(f, p + "expert_shared_feed_forward_length", 0);
-  c.qk_norm = QkNorm::kPerHead;
-  c.rope = RopeKind::kNeox;
-  c.norm_topk_prob = f.find_bool(p + "expert_weights_norm").value_or(true);
-  c.attn_output_gate = true;
-  c.shared_expert_gate = c.shared_ffn > 0;
-  c.norm_plus_one = true;
-  LinearAttnConfig& a = c.linear;
-  a.conv_kernel = gguf_int(f, p + "ssm.conv_kernel");
-  a.k_head_dim = gguf_int(f, p + "ssm.state_size");
-  a.k_heads = gguf_int(f, p + "ssm.group_count");
-  a.v_heads = gguf_int(f, p + "ssm.time_step_rank");
-  const int inner = gguf_int(f, p + "ssm.inner_size");
-  if (a.v_heads <= 0 || inner % a.v_heads != 0) {
-    fail(f.name(), p + "ssm.inner_size", "expected a multiple of ssm.time_step_rank ({}), found {}",
-         a.v_heads, inner);
-  }
-  a.v_head_dim = inner / a.v_heads;
-  a.v_heads_tiled = c.family == Family::kQwen35Moe;
-  const int interval = gguf_int_or(f, p + "full_attention_interval", 4);
-  if (interval < 1) {
-    fail(f.name(), p + "full_attention_interval", "expected a positive integer, found {}",
-         interval);
-  }
-  c.linear_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 0);
-  for (int l = 0; l < c.layers; ++l)
-    c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
-}
-
-void to_hf(const ModelConfig& c, Json& j) {
-  const bool next = c.family == Family::kQwen3Next;
-  j["model_type"] = next ? "qwen3_next" : "qwen3_5_moe_text";
-  j["architectures"] = {next ? "Qwen3NextForCausalLM" : "Qwen3_5MoeForCausalLM"};
-  j["num_key_value_heads"] = c.kv_heads;
-  j["head_dim"] = c.head_dim;
-  j["partial_rotary_factor"] =
-      static_cast<double>(c.rotary_dim()) / static_cast<double>(c.head_dim);
-  j["num_experts"] = c.experts;
-  j["moe_intermediate_size"] = c.expert_ffn;
-  j["shared_expert_intermediate_size"] = c.shared_ffn;
-  j["linear_conv_kernel_dim"] = c.linear.conv_kernel;
-  j["linear_key_head_dim"] = c.linear.k_head_dim;
-  j["linear_value_head_dim"] = c.linear.v_head_dim;
-  j["linear_num_key_heads"] = c.linear.k_heads;
-  j["linear_num_value_heads"] = c.linear.v_heads;
-  Json types = Json::array();
-  for (int l = 0; l < c.layers; ++l) {
-    types.push_back(c.is_linear(l) ? "linear_attention" : "full_attention");
-  }
-  j["layer_types"] = types;
-  if (next) {
-    j["intermediate_size"] = c.dense_ffn > 0 ? c.dense_ffn : c.expert_ffn;
-    j["decoder_sparse_step"] = 1;
-    Json only = Json::array();
-    for (int l = 0; l < c.layers; ++l) {
-      if (!c.moe_layer[static_cast<size_t>(l)]) only.push_back(l);
-    }
-    j["mlp_only_layers"] = only;
-  }
-}
-
-void to_gguf(const ModelConfig& c, GgufKv& kv) {
-  const LinearAttnConfig& a = c.linear;
-  int interval = 0;
-  for (int l = 0; l < c.layers && interval == 0; ++l) {
-    if (!c.is_linear(l)) interval = l + 1;
-  }
-  if (interval == 0) interval = c.layers + 1;
-  for (int l = 0; l < c.layers; ++l) {
-    if (c.is_linear(l) != ((l + 1) % interval != 0)) {
-      fail(c.source, "layer_types",
-           "GGUF stores the layer pattern as full_attention_interval; layer {} breaks the "
-           "every-{}th-layer pattern",
-           l, interval);
-    }
-  }
-  for (int l = 0; l < c.layers; ++l) {
-    if (!c.moe_layer[static_cast<size_t>(l)]) {
-      fail(c.source, "mlp_only_layers", "GGUF {} has no dense layers (layer {} is dense)", kv.arch(), l);
-    }
-  }
-  kv.u32("feed_forward_length", c.expert_ffn);
-  kv.u32("expert_feed_forward_length", c.expert_ffn);
-  kv.u32("expert_shared_feed_forward_length", c.shared_ffn);
-  kv.u32("attention.head_count_kv", c.kv_heads);
-  kv.u32("attention.key_length", c.head_dim);
-  kv.u32("attention.value_length", c.head_dim);
-  kv.u32("rope.dimension_count", c.rotary_dim());
-  kv.boolean("expert_weights_norm", c.norm_topk_prob);
-  kv.u32("ssm.conv_kernel", a.conv_kernel);
-  kv.u32("ssm.state_size", a.k_head_dim);
-  kv.u32("ssm.group_count", a.k_heads);
-  kv.u32("ssm.time_step_rank", a.v_heads);
-  kv.u32("ssm.inner_size", a.value_dim());
-  kv.u32("full_attention_interval", interval);
-  if (c.family == Family::kQwen35Moe) {
-    // mRoPE sections (text positions make them irrelevant; llama.cpp requires the key).
-    const int half = c.rotary_dim() / 2;
-    const int t = half == 32 ? 11 : half;
-    const int h = half == 32 ? 11 : 0;
-    const int w = half - t - h;
-    const std::vector<int32_t> sections = {t, h, w, 0};
-    kv.add("rope.dimension_sections", GgufValue::i32_array(sections));
-  }
-}
-
 // ---- tensors ----
 
 // Gated DeltaNet tensors. HF: Qwen3-Next stores in_proj_qkvz / in_proj_ba fused and
@@ -237,7 +99,9 @@ void layout_linear_attention(LayoutBuilder& b, const ModelConfig& c, int l) {
   const U conv_dim = static_cast<U>(a.conv_dim()), vd = static_cast<U>(a.value_dim());
   const U nv = static_cast<U>(a.v_heads), K = static_cast<U>(a.conv_kernel);
   const bool next = c.family == Family::kQwen3Next;
-  auto hf = [l](const char* name) { return fmt::format("model.layers.{}.linear_attn.{}", l, name); };
+  auto hf = [l](const char* name) {
+    return fmt::format("model.layers.{}.linear_attn.{}", l, name);
+  };
   auto gg = [l](const char* name) { return fmt::format("blk.{}.{}", l, name); };
   if (!b.gguf() && next) {
     b.add("", hf("in_proj_qkvz.weight"), {conv_dim + vd, H}, Role::kLinQkvz, l);
@@ -256,7 +120,8 @@ void layout_linear_attention(LayoutBuilder& b, const ModelConfig& c, int l) {
         b.gguf() ? std::vector<U>{conv_dim, K} : std::vector<U>{conv_dim, 1, K}, Role::kLinConv, l);
   b.add(gg("ssm_dt.bias"), hf("dt_bias"), {nv}, Role::kLinDtBias, l);
   b.add(gg("ssm_a"), hf("A_log"), {nv}, Role::kLinALog, l);
-  b.add(gg("ssm_norm.weight"), hf("norm.weight"), {static_cast<U>(a.v_head_dim)}, Role::kLinNorm, l);
+  b.add(gg("ssm_norm.weight"), hf("norm.weight"), {static_cast<U>(a.v_head_dim)}, Role::kLinNorm,
+        l);
   b.add(gg("ssm_out.weight"), hf("out_proj.weight"), {H, vd}, Role::kLinOut, l);
 }
 
@@ -349,22 +214,6 @@ void bind_linear_attention(WeightBinder& b, const ModelConfig& c, int l, LinearA
   w.out = b.matrix(p + (b.gguf() ? "ssm_out.weight" : "out_proj.weight"), H, vd);
 }
 
-void layout_mixer(LayoutBuilder& b, const ModelConfig& c, int l) {
-  if (c.is_linear(l)) {
-    layout_linear_attention(b, c, l);
-  } else {
-    layout_gqa_attention(b, c, l);
-  }
-}
-
-void bind_mixer(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
-  if (c.is_linear(l)) {
-    bind_linear_attention(b, c, l, w.linear);
-  } else {
-    bind_gqa_attention(b, c, l, w);
-  }
-}
-
 // ---- writer: value-head order, fused projections, stored-vs-effective vectors ----
 
 // Value head of the model (in its in-memory order) that is value head t of the slot's file.
@@ -376,7 +225,7 @@ uint64_t source_v_head(const Model& m, const TensorSlot& s, uint64_t t) {
   const uint64_t r = static_cast<uint64_t>(c.linear.v_heads) / nk;
   if (src_tiled == dst_tiled) return t;
   if (dst_tiled) return (t % nk) * r + t / nk;  // grouped source
-  return (t % r) * nk + t / r;                   // tiled source
+  return (t % r) * nk + t / r;                  // tiled source
 }
 
 // Rows of a [v_heads * block, ...] matrix (or the v part of qkv, starting at `first`) in the
@@ -393,195 +242,6 @@ std::vector<uint64_t> v_rows(const Model& m, const TensorSlot& s, uint64_t first
   return rows;
 }
 
-// Slots stored otherwise than bound (value-head order, fused projections, zero-centred norms);
-// false if `s` is not one of them.
-bool produce(const Model& m, const TensorSlot& s, DType dtype, OutputFile& out) {
-  const ModelConfig& c = m.config();
-  const bool gguf = slot_is_gguf(s);
-  // Zero-centred norms in HF files: the loader folded the 1 in.
-  const bool plus_one = c.norm_plus_one && !gguf;
-  auto norm_out = [&](const WeightVector& v) {
-    std::vector<float> x(v.begin(), v.end());
-    if (plus_one) {
-      for (float& e : x) e -= 1.0f;
-    }
-    write_f32_as(x, dtype, s.name, out);
-  };
-  if (s.role == Role::kFinalNorm) {
-    norm_out(m.final_norm());
-    return true;
-  }
-  if (s.layer < 0) return false;
-  const LayerWeights& w = m.layer(s.layer);
-  const LinearAttnWeights& la = w.linear;
-  const LinearAttnConfig& a = c.linear;
-  const auto hv = static_cast<uint64_t>(a.v_head_dim);
-  const auto kd = static_cast<uint64_t>(a.key_dim());
-  const auto nv = static_cast<uint64_t>(a.v_heads);
-  const auto K = static_cast<uint64_t>(a.conv_kernel);
-  switch (s.role) {
-    case Role::kAttnNorm:
-      norm_out(w.attn_norm);
-      return true;
-    case Role::kFfnNorm:
-      norm_out(w.ffn_norm);
-      return true;
-    case Role::kQNorm:
-      norm_out(w.q_norm);
-      return true;
-    case Role::kKNorm:
-      norm_out(w.k_norm);
-      return true;
-    case Role::kLinQkv:
-      write_rows(la.qkv, v_rows(m, s, 2 * kd, hv), out);
-      return true;
-    case Role::kLinZ:
-      write_rows(la.z, v_rows(m, s, 0, hv), out);
-      return true;
-    case Role::kLinB:
-      write_rows(la.b, v_rows(m, s, 0, 1), out);
-      return true;
-    case Role::kLinA:
-      write_rows(la.a, v_rows(m, s, 0, 1), out);
-      return true;
-    case Role::kLinQkvz:
-    case Role::kLinBa: {
-      // Qwen3-Next's interleaved layouts (value heads grouped on both sides).
-      SM_ASSERT(!a.v_heads_tiled);
-      const FusedRows f = qwen3next_fused_rows(a);
-      const bool qkvz = s.role == Role::kLinQkvz;
-      const std::vector<uint64_t>& first = qkvz ? f.qkv : f.b;
-      const std::vector<uint64_t>& second = qkvz ? f.z : f.a;
-      const kernels::Matrix& m1 = qkvz ? la.qkv : la.b;
-      const kernels::Matrix& m2 = qkvz ? la.z : la.a;
-      std::vector<std::pair<const kernels::Matrix*, uint64_t>> src(first.size() + second.size());
-      for (size_t i = 0; i < first.size(); ++i) src[first[i]] = {&m1, i};
-      for (size_t i = 0; i < second.size(); ++i) src[second[i]] = {&m2, i};
-      for (const auto& [mat, row] : src) write_rows(*mat, {row}, out);
-      return true;
-    }
-    case Role::kLinConv: {
-      const std::vector<uint64_t> channels = v_rows(m, s, 2 * kd, hv);
-      std::vector<float> x;
-      x.reserve(la.conv.size());
-      for (uint64_t ch : channels)
-        x.insert(x.end(), la.conv.begin() + static_cast<ptrdiff_t>(ch * K),
-                 la.conv.begin() + static_cast<ptrdiff_t>((ch + 1) * K));
-      write_f32_as(x, dtype, s.name, out);
-      return true;
-    }
-    case Role::kLinDtBias:
-    case Role::kLinALog: {
-      const WeightVector& v = s.role == Role::kLinDtBias ? la.dt_bias : la.a_neg;
-      std::vector<float> x(nv);
-      for (uint64_t t = 0; t < nv; ++t) x[t] = v[source_v_head(m, s, t)];
-      if (s.role == Role::kLinALog && !gguf) {
-        for (float& e : x) e = std::log(-e);  // A_log (not bit-exact through -exp)
-      }
-      write_f32_as(x, dtype, s.name, out);
-      return true;
-    }
-    case Role::kLinNorm:
-      write_f32_as(std::vector<float>(la.norm.begin(), la.norm.end()), dtype, s.name, out);
-      return true;
-    case Role::kLinOut: {
-      // Columns in value-head blocks.
-      const kernels::Matrix& o = la.out;
-      const uint64_t es = kernels::dtype_size(o.dtype);
-      const auto* base = static_cast<const std::byte*>(o.data);
-      std::vector<std::byte> row(o.cols * es);
-      for (uint64_t r = 0; r < o.rows; ++r) {
-        for (uint64_t t = 0; t < nv; ++t) {
-          const uint64_t h = source_v_head(m, s, t);
-          std::memcpy(&row[t * hv * es], base + (r * o.cols + h * hv) * es, hv * es);
-        }
-        out.write(row.data(), row.size());
-      }
-      return true;
-    }
-    case Role::kSharedExpGate:
-      write_f32_as(std::vector<float>(w.shared_gate.begin(), w.shared_gate.end()), dtype, s.name,
-                   out);
-      return true;
-    default:
-      return false;
-  }
-}
-
-// Stored dtype of a slot produce() writes (nullopt: not one).
-std::optional<DType> stored_dtype(const Model& m, const TensorSlot& s) {
-  if (s.layer < 0) return std::nullopt;
-  const LayerWeights& w = m.layer(s.layer);
-  const LinearAttnWeights& la = w.linear;
-  switch (s.role) {
-    case Role::kLinQkv:
-    case Role::kLinQkvz:
-      return model_dtype(la.qkv.dtype);
-    case Role::kLinZ:
-      return model_dtype(la.z.dtype);
-    case Role::kLinB:
-    case Role::kLinBa:
-      return model_dtype(la.b.dtype);
-    case Role::kLinA:
-      return model_dtype(la.a.dtype);
-    case Role::kLinOut:
-      return model_dtype(la.out.dtype);
-    case Role::kLinConv:
-      return la.conv.source_dtype;
-    case Role::kLinDtBias:
-      return la.dt_bias.source_dtype;
-    case Role::kLinALog:
-      return la.a_neg.source_dtype;
-    case Role::kLinNorm:
-      return la.norm.source_dtype;
-    case Role::kSharedExpGate:
-      return w.shared_gate.source_dtype;
-    default:
-      return std::nullopt;
-  }
-}
-
-// Qwen3.5 / 3.6 35B-A3B (= transformers' Qwen3_5MoeTextConfig defaults) and Qwen3-Next-80B: groups
-// of three Gated DeltaNet layers and one gated full-attention layer.
-bool shape(std::string_view name, ModelConfig& c) {
-  if (name != "Qwen3.6-35B-A3B" && name != "qwen3.6-35b-a3b" && name != "Qwen3-Next-80B-A3B" &&
-      name != "qwen35moe-small" && name != "qwen3next-small")
-    return false;
-  const bool small = name == "qwen35moe-small" || name == "qwen3next-small";
-  const bool next = name == "Qwen3-Next-80B-A3B" || name == "qwen3next-small";
-  c.family = next ? Family::kQwen3Next : Family::kQwen35Moe;
-  c.vocab = small ? 300 : next ? 151936 : 248320;
-  c.hidden = small ? 64 : 2048;
-  c.layers = small ? 4 : next ? 48 : 40;
-  c.heads = small ? 4 : 16;
-  c.kv_heads = 2;
-  c.head_dim = small ? 16 : 256;
-  c.rope_dim = c.head_dim / 4;  // partial_rotary_factor 0.25
-  c.rms_eps = 1e-6f;
-  c.rope_theta = small ? 10000.0f : 1e7f;
-  c.max_positions = small ? 4096 : 262144;
-  c.linear = {.conv_kernel = 4,
-              .k_heads = small ? 2 : 16,
-              .v_heads = small ? 4 : 32,
-              .k_head_dim = small ? 16 : 128,
-              .v_head_dim = small ? 16 : 128,
-              .v_heads_tiled = false};
-  c.experts = small ? 16 : next ? 512 : 256;
-  c.top_k = small ? 4 : next ? 10 : 8;
-  c.expert_ffn = small ? 32 : 512;
-  c.shared_ffn = small ? 32 : 512;
-  c.norm_topk_prob = true;
-  c.qk_norm = QkNorm::kPerHead;
-  c.attn_output_gate = true;
-  c.shared_expert_gate = true;
-  c.norm_plus_one = true;
-  c.linear_layer.assign(static_cast<size_t>(c.layers), 0);
-  for (int l = 0; l < c.layers; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % 4 != 0;
-  if (small) c.eos_token = 296;
-  c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
-  return true;
-}
-
 constexpr std::string_view kNextHfTypes[] = {"qwen3_next"};
 constexpr std::string_view kNextGgufArchs[] = {"qwen3next"};
 constexpr std::string_view kQwen35HfTypes[] = {"qwen3_5_moe", "qwen3_5_moe_text"};
@@ -590,41 +250,380 @@ constexpr std::string_view kQwen35GgufArchs[] = {"qwen35moe"};
 constexpr std::string_view kShapes[] = {"Qwen3.6-35B-A3B", "Qwen3-Next-80B-A3B"};
 constexpr std::string_view kSmallShapes[] = {"qwen35moe-small", "qwen3next-small"};
 
+class Hybrid final : public FamilyDef {
+ public:
+  explicit Hybrid(const FamilyInfo& info) : FamilyDef(info) {}
+
+  // qwen3_5_moe is the multimodal wrapper: only the text model (text_config) runs (the vision tower
+  // and the MTP head are ignored); tie_word_embeddings lives at the top level.
+  void from_hf(const HfFields& f, ModelConfig& c, std::string_view model_type) const override {
+    if (model_type != "qwen3_5_moe") {
+      text_from_hf(f, c);
+      return;
+    }
+    if (!f.has("text_config") || !f.raw("text_config").is_object()) {
+      fail(f.where(), "text_config", "expected an object (the qwen3_5_moe text model)");
+    }
+    Json text = f.raw("text_config");
+    if (!text.contains("tie_word_embeddings") && f.json().contains("tie_word_embeddings")) {
+      text["tie_word_embeddings"] = f.json()["tie_word_embeddings"];
+    }
+    const std::string text_where = f.where() + " (text_config)";
+    HfFields tf(text, text_where);
+    // Through HfFields: a model_type that is not a string is a clean error, not a JSON exception.
+    const std::string inner = tf.string_or("model_type", "qwen3_5_moe_text");
+    if (inner != "qwen3_5_moe_text") {
+      fail(f.where(), "text_config.model_type", "expected \"qwen3_5_moe_text\", found \"{}\"",
+           inner);
+    }
+    text_from_hf(tf, c);
+  }
+
+  void from_gguf(const GgufFile& f, ModelConfig& c, bool /*dense*/) const override {
+    const std::string& p = c.gguf_prefix;
+    c.head_dim = gguf_int(f, p + "attention.key_length");
+    if (gguf_int_or(f, p + "attention.value_length", c.head_dim) != c.head_dim) {
+      fail(f.name(), p + "attention.value_length", "expected key_length ({})", c.head_dim);
+    }
+    c.rope_dim = gguf_int_or(f, p + "rope.dimension_count", c.head_dim);
+    c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
+    c.shared_ffn = gguf_int_or(f, p + "expert_shared_feed_forward_length", 0);
+    c.qk_norm = QkNorm::kPerHead;
+    c.rope = RopeKind::kNeox;
+    c.norm_topk_prob = f.find_bool(p + "expert_weights_norm").value_or(true);
+    c.attn_output_gate = true;
+    c.shared_expert_gate = c.shared_ffn > 0;
+    c.norm_plus_one = true;
+    LinearAttnConfig& a = c.linear;
+    a.conv_kernel = gguf_int(f, p + "ssm.conv_kernel");
+    a.k_head_dim = gguf_int(f, p + "ssm.state_size");
+    a.k_heads = gguf_int(f, p + "ssm.group_count");
+    a.v_heads = gguf_int(f, p + "ssm.time_step_rank");
+    const int inner = gguf_int(f, p + "ssm.inner_size");
+    if (a.v_heads <= 0 || inner % a.v_heads != 0) {
+      fail(f.name(), p + "ssm.inner_size",
+           "expected a multiple of ssm.time_step_rank ({}), found {}", a.v_heads, inner);
+    }
+    a.v_head_dim = inner / a.v_heads;
+    a.v_heads_tiled = c.family == Family::kQwen35Moe;
+    const int interval = gguf_int_or(f, p + "full_attention_interval", 4);
+    if (interval < 1) {
+      fail(f.name(), p + "full_attention_interval", "expected a positive integer, found {}",
+           interval);
+    }
+    c.linear_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 0);
+    for (int l = 0; l < c.layers; ++l)
+      c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
+  }
+
+  void to_hf(const ModelConfig& c, Json& j) const override {
+    const bool next = c.family == Family::kQwen3Next;
+    j["model_type"] = next ? "qwen3_next" : "qwen3_5_moe_text";
+    j["architectures"] = {next ? "Qwen3NextForCausalLM" : "Qwen3_5MoeForCausalLM"};
+    j["num_key_value_heads"] = c.kv_heads;
+    j["head_dim"] = c.head_dim;
+    j["partial_rotary_factor"] =
+        static_cast<double>(c.rotary_dim()) / static_cast<double>(c.head_dim);
+    j["num_experts"] = c.experts;
+    j["moe_intermediate_size"] = c.expert_ffn;
+    j["shared_expert_intermediate_size"] = c.shared_ffn;
+    j["linear_conv_kernel_dim"] = c.linear.conv_kernel;
+    j["linear_key_head_dim"] = c.linear.k_head_dim;
+    j["linear_value_head_dim"] = c.linear.v_head_dim;
+    j["linear_num_key_heads"] = c.linear.k_heads;
+    j["linear_num_value_heads"] = c.linear.v_heads;
+    Json types = Json::array();
+    for (int l = 0; l < c.layers; ++l) {
+      types.push_back(c.is_linear(l) ? "linear_attention" : "full_attention");
+    }
+    j["layer_types"] = types;
+    if (next) {
+      j["intermediate_size"] = c.dense_ffn > 0 ? c.dense_ffn : c.expert_ffn;
+      j["decoder_sparse_step"] = 1;
+      Json only = Json::array();
+      for (int l = 0; l < c.layers; ++l) {
+        if (!c.moe_layer[static_cast<size_t>(l)]) only.push_back(l);
+      }
+      j["mlp_only_layers"] = only;
+    }
+  }
+
+  void to_gguf(const ModelConfig& c, GgufKv& kv) const override {
+    const LinearAttnConfig& a = c.linear;
+    int interval = 0;
+    for (int l = 0; l < c.layers && interval == 0; ++l) {
+      if (!c.is_linear(l)) interval = l + 1;
+    }
+    if (interval == 0) interval = c.layers + 1;
+    for (int l = 0; l < c.layers; ++l) {
+      if (c.is_linear(l) != ((l + 1) % interval != 0)) {
+        fail(c.source, "layer_types",
+             "GGUF stores the layer pattern as full_attention_interval; layer {} breaks the "
+             "every-{}th-layer pattern",
+             l, interval);
+      }
+    }
+    for (int l = 0; l < c.layers; ++l) {
+      if (!c.moe_layer[static_cast<size_t>(l)]) {
+        fail(c.source, "mlp_only_layers", "GGUF {} has no dense layers (layer {} is dense)",
+             kv.arch(), l);
+      }
+    }
+    kv.u32("feed_forward_length", c.expert_ffn);
+    kv.u32("expert_feed_forward_length", c.expert_ffn);
+    kv.u32("expert_shared_feed_forward_length", c.shared_ffn);
+    kv.u32("attention.head_count_kv", c.kv_heads);
+    kv.u32("attention.key_length", c.head_dim);
+    kv.u32("attention.value_length", c.head_dim);
+    kv.u32("rope.dimension_count", c.rotary_dim());
+    kv.boolean("expert_weights_norm", c.norm_topk_prob);
+    kv.u32("ssm.conv_kernel", a.conv_kernel);
+    kv.u32("ssm.state_size", a.k_head_dim);
+    kv.u32("ssm.group_count", a.k_heads);
+    kv.u32("ssm.time_step_rank", a.v_heads);
+    kv.u32("ssm.inner_size", a.value_dim());
+    kv.u32("full_attention_interval", interval);
+    if (c.family == Family::kQwen35Moe) {
+      // mRoPE sections (text positions make them irrelevant; llama.cpp requires the key).
+      const int half = c.rotary_dim() / 2;
+      const int t = half == 32 ? 11 : half;
+      const int h = half == 32 ? 11 : 0;
+      const int w = half - t - h;
+      const std::vector<int32_t> sections = {t, h, w, 0};
+      kv.add("rope.dimension_sections", GgufValue::i32_array(sections));
+    }
+  }
+
+  void layout_mixer(LayoutBuilder& b, const ModelConfig& c, int l) const override {
+    if (c.is_linear(l)) {
+      layout_linear_attention(b, c, l);
+    } else {
+      layout_gqa_attention(b, c, l);
+    }
+  }
+
+  void bind_mixer(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) const override {
+    if (c.is_linear(l)) {
+      bind_linear_attention(b, c, l, w.linear);
+    } else {
+      bind_gqa_attention(b, c, l, w);
+    }
+  }
+
+  // Slots stored otherwise than bound (value-head order, fused projections, zero-centred norms);
+  // false if `s` is not one of them.
+  bool produce(const Model& m, const TensorSlot& s, DType dtype, OutputFile& out) const override {
+    const ModelConfig& c = m.config();
+    const bool gguf = slot_is_gguf(s);
+    // Zero-centred norms in HF files: the loader folded the 1 in.
+    const bool plus_one = c.norm_plus_one && !gguf;
+    auto norm_out = [&](const WeightVector& v) {
+      std::vector<float> x(v.begin(), v.end());
+      if (plus_one) {
+        for (float& e : x) e -= 1.0f;
+      }
+      write_f32_as(x, dtype, s.name, out);
+    };
+    if (s.role == Role::kFinalNorm) {
+      norm_out(m.final_norm());
+      return true;
+    }
+    if (s.layer < 0) return false;
+    const LayerWeights& w = m.layer(s.layer);
+    const LinearAttnWeights& la = w.linear;
+    const LinearAttnConfig& a = c.linear;
+    const auto hv = static_cast<uint64_t>(a.v_head_dim);
+    const auto kd = static_cast<uint64_t>(a.key_dim());
+    const auto nv = static_cast<uint64_t>(a.v_heads);
+    const auto K = static_cast<uint64_t>(a.conv_kernel);
+    switch (s.role) {
+      case Role::kAttnNorm:
+        norm_out(w.attn_norm);
+        return true;
+      case Role::kFfnNorm:
+        norm_out(w.ffn_norm);
+        return true;
+      case Role::kQNorm:
+        norm_out(w.q_norm);
+        return true;
+      case Role::kKNorm:
+        norm_out(w.k_norm);
+        return true;
+      case Role::kLinQkv:
+        write_rows(la.qkv, v_rows(m, s, 2 * kd, hv), out);
+        return true;
+      case Role::kLinZ:
+        write_rows(la.z, v_rows(m, s, 0, hv), out);
+        return true;
+      case Role::kLinB:
+        write_rows(la.b, v_rows(m, s, 0, 1), out);
+        return true;
+      case Role::kLinA:
+        write_rows(la.a, v_rows(m, s, 0, 1), out);
+        return true;
+      case Role::kLinQkvz:
+      case Role::kLinBa: {
+        // Qwen3-Next's interleaved layouts (value heads grouped on both sides).
+        SM_ASSERT(!a.v_heads_tiled);
+        const FusedRows f = qwen3next_fused_rows(a);
+        const bool qkvz = s.role == Role::kLinQkvz;
+        const std::vector<uint64_t>& first = qkvz ? f.qkv : f.b;
+        const std::vector<uint64_t>& second = qkvz ? f.z : f.a;
+        const kernels::Matrix& m1 = qkvz ? la.qkv : la.b;
+        const kernels::Matrix& m2 = qkvz ? la.z : la.a;
+        std::vector<std::pair<const kernels::Matrix*, uint64_t>> src(first.size() + second.size());
+        for (size_t i = 0; i < first.size(); ++i) src[first[i]] = {&m1, i};
+        for (size_t i = 0; i < second.size(); ++i) src[second[i]] = {&m2, i};
+        for (const auto& [mat, row] : src) write_rows(*mat, {row}, out);
+        return true;
+      }
+      case Role::kLinConv: {
+        const std::vector<uint64_t> channels = v_rows(m, s, 2 * kd, hv);
+        std::vector<float> x;
+        x.reserve(la.conv.size());
+        for (uint64_t ch : channels)
+          x.insert(x.end(), la.conv.begin() + static_cast<ptrdiff_t>(ch * K),
+                   la.conv.begin() + static_cast<ptrdiff_t>((ch + 1) * K));
+        write_f32_as(x, dtype, s.name, out);
+        return true;
+      }
+      case Role::kLinDtBias:
+      case Role::kLinALog: {
+        const WeightVector& v = s.role == Role::kLinDtBias ? la.dt_bias : la.a_neg;
+        std::vector<float> x(nv);
+        for (uint64_t t = 0; t < nv; ++t) x[t] = v[source_v_head(m, s, t)];
+        if (s.role == Role::kLinALog && !gguf) {
+          for (float& e : x) e = std::log(-e);  // A_log (not bit-exact through -exp)
+        }
+        write_f32_as(x, dtype, s.name, out);
+        return true;
+      }
+      case Role::kLinNorm:
+        write_f32_as(std::vector<float>(la.norm.begin(), la.norm.end()), dtype, s.name, out);
+        return true;
+      case Role::kLinOut: {
+        // Columns in value-head blocks.
+        const kernels::Matrix& o = la.out;
+        const uint64_t es = kernels::dtype_size(o.dtype);
+        const auto* base = static_cast<const std::byte*>(o.data);
+        std::vector<std::byte> row(o.cols * es);
+        for (uint64_t r = 0; r < o.rows; ++r) {
+          for (uint64_t t = 0; t < nv; ++t) {
+            const uint64_t h = source_v_head(m, s, t);
+            std::memcpy(&row[t * hv * es], base + (r * o.cols + h * hv) * es, hv * es);
+          }
+          out.write(row.data(), row.size());
+        }
+        return true;
+      }
+      case Role::kSharedExpGate:
+        write_f32_as(std::vector<float>(w.shared_gate.begin(), w.shared_gate.end()), dtype, s.name,
+                     out);
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  // Stored dtype of a slot produce() writes (nullopt: not one).
+  std::optional<DType> stored_dtype(const Model& m, const TensorSlot& s) const override {
+    if (s.layer < 0) return std::nullopt;
+    const LayerWeights& w = m.layer(s.layer);
+    const LinearAttnWeights& la = w.linear;
+    switch (s.role) {
+      case Role::kLinQkv:
+      case Role::kLinQkvz:
+        return model_dtype(la.qkv.dtype);
+      case Role::kLinZ:
+        return model_dtype(la.z.dtype);
+      case Role::kLinB:
+      case Role::kLinBa:
+        return model_dtype(la.b.dtype);
+      case Role::kLinA:
+        return model_dtype(la.a.dtype);
+      case Role::kLinOut:
+        return model_dtype(la.out.dtype);
+      case Role::kLinConv:
+        return la.conv.source_dtype;
+      case Role::kLinDtBias:
+        return la.dt_bias.source_dtype;
+      case Role::kLinALog:
+        return la.a_neg.source_dtype;
+      case Role::kLinNorm:
+        return la.norm.source_dtype;
+      case Role::kSharedExpGate:
+        return w.shared_gate.source_dtype;
+      default:
+        return std::nullopt;
+    }
+  }
+
+  // Qwen3.5 / 3.6 35B-A3B (= transformers' Qwen3_5MoeTextConfig defaults) and Qwen3-Next-80B:
+  // groups of three Gated DeltaNet layers and one gated full-attention layer.
+  bool shape(std::string_view name, ModelConfig& c) const override {
+    if (name != "Qwen3.6-35B-A3B" && name != "qwen3.6-35b-a3b" && name != "Qwen3-Next-80B-A3B" &&
+        name != "qwen35moe-small" && name != "qwen3next-small")
+      return false;
+    const bool small = name == "qwen35moe-small" || name == "qwen3next-small";
+    const bool next = name == "Qwen3-Next-80B-A3B" || name == "qwen3next-small";
+    c.family = next ? Family::kQwen3Next : Family::kQwen35Moe;
+    c.vocab = small ? 300 : next ? 151936 : 248320;
+    c.hidden = small ? 64 : 2048;
+    c.layers = small ? 4 : next ? 48 : 40;
+    c.heads = small ? 4 : 16;
+    c.kv_heads = 2;
+    c.head_dim = small ? 16 : 256;
+    c.rope_dim = c.head_dim / 4;  // partial_rotary_factor 0.25
+    c.rms_eps = 1e-6f;
+    c.rope_theta = small ? 10000.0f : 1e7f;
+    c.max_positions = small ? 4096 : 262144;
+    c.linear = {.conv_kernel = 4,
+                .k_heads = small ? 2 : 16,
+                .v_heads = small ? 4 : 32,
+                .k_head_dim = small ? 16 : 128,
+                .v_head_dim = small ? 16 : 128,
+                .v_heads_tiled = false};
+    c.experts = small ? 16 : next ? 512 : 256;
+    c.top_k = small ? 4 : next ? 10 : 8;
+    c.expert_ffn = small ? 32 : 512;
+    c.shared_ffn = small ? 32 : 512;
+    c.norm_topk_prob = true;
+    c.qk_norm = QkNorm::kPerHead;
+    c.attn_output_gate = true;
+    c.shared_expert_gate = true;
+    c.norm_plus_one = true;
+    c.linear_layer.assign(static_cast<size_t>(c.layers), 0);
+    for (int l = 0; l < c.layers; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % 4 != 0;
+    if (small) c.eos_token = 296;
+    c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
+    return true;
+  }
+};
+
 }  // namespace
 
-const FamilyDef kQwen3NextFamily{.id = Family::kQwen3Next,
-                                 .name = "qwen3next",
-                                 .hf_types = kNextHfTypes,
-                                 .gguf_archs = kNextGgufArchs,
-                                 .attention = Mixer::kGqa,
-                                 .hybrid = true,
-                                 .hf_shared_expert = "mlp.shared_expert",
-                                 .from_hf = from_hf,
-                                 .from_gguf = from_gguf,
-                                 .to_hf = to_hf,
-                                 .to_gguf = to_gguf,
-                                 .layout_mixer = layout_mixer,
-                                 .bind_mixer = bind_mixer,
-                                 .produce = produce,
-                                 .stored_dtype = stored_dtype};
+const FamilyDef& qwen3next_family() {
+  static const Hybrid family({.id = Family::kQwen3Next,
+                              .name = "qwen3next",
+                              .hf_types = kNextHfTypes,
+                              .gguf_archs = kNextGgufArchs,
+                              .attention = Mixer::kGqa,
+                              .hybrid = true,
+                              .hf_shared_expert = "mlp.shared_expert"});
+  return family;
+}
 
-const FamilyDef kQwen35MoeFamily{.id = Family::kQwen35Moe,
-                                 .name = "qwen35moe",
-                                 .hf_types = kQwen35HfTypes,
-                                 .gguf_archs = kQwen35GgufArchs,
-                                 .attention = Mixer::kGqa,
-                                 .hybrid = true,
-                                 .hf_shared_expert = "mlp.shared_expert",
-                                 .from_hf = from_hf,
-                                 .from_gguf = from_gguf,
-                                 .to_hf = to_hf,
-                                 .to_gguf = to_gguf,
-                                 .layout_mixer = layout_mixer,
-                                 .bind_mixer = bind_mixer,
-                                 .produce = produce,
-                                 .stored_dtype = stored_dtype,
-                                 .shapes = kShapes,
-                                 .small_shapes = kSmallShapes,
-                                 .shape = shape};
+const FamilyDef& qwen35moe_family() {
+  static const Hybrid family({.id = Family::kQwen35Moe,
+                              .name = "qwen35moe",
+                              .hf_types = kQwen35HfTypes,
+                              .gguf_archs = kQwen35GgufArchs,
+                              .attention = Mixer::kGqa,
+                              .hybrid = true,
+                              .hf_shared_expert = "mlp.shared_expert",
+                              .shapes = kShapes,
+                              .small_shapes = kSmallShapes});
+  return family;
+}
 
 }  // namespace steermoe::model
