@@ -250,6 +250,68 @@ constexpr std::string_view kQwen35GgufArchs[] = {"qwen35moe"};
 constexpr std::string_view kShapes[] = {"Qwen3.6-35B-A3B", "Qwen3-Next-80B-A3B"};
 constexpr std::string_view kSmallShapes[] = {"qwen35moe-small", "qwen3next-small"};
 
+// Qwen3-Next's interleaved in_proj_qkvz (qkvz) or in_proj_ba from the bound matrices (value
+// heads grouped on both sides).
+void write_fused(const LinearAttnWeights& la, const LinearAttnConfig& a, bool qkvz,
+                 OutputFile& out) {
+  SM_ASSERT(!a.v_heads_tiled);
+  const FusedRows f = qwen3next_fused_rows(a);
+  const std::vector<uint64_t>& first = qkvz ? f.qkv : f.b;
+  const std::vector<uint64_t>& second = qkvz ? f.z : f.a;
+  const kernels::Matrix& m1 = qkvz ? la.qkv : la.b;
+  const kernels::Matrix& m2 = qkvz ? la.z : la.a;
+  std::vector<std::pair<const kernels::Matrix*, uint64_t>> src(first.size() + second.size());
+  for (size_t i = 0; i < first.size(); ++i) src[first[i]] = {&m1, i};
+  for (size_t i = 0; i < second.size(); ++i) src[second[i]] = {&m2, i};
+  for (const auto& [mat, row] : src) write_rows(*mat, {row}, out);
+}
+
+// The conv weights, channels in the slot's value-head order.
+std::vector<float> conv_rows(const Model& m, const TensorSlot& s) {
+  const LinearAttnConfig& a = m.config().linear;
+  const WeightVector& conv = m.layer(s.layer).linear.conv;
+  const auto K = static_cast<uint64_t>(a.conv_kernel);
+  const std::vector<uint64_t> channels = v_rows(m, s, 2 * static_cast<uint64_t>(a.key_dim()),
+                                                static_cast<uint64_t>(a.v_head_dim));
+  std::vector<float> x;
+  x.reserve(conv.size());
+  for (uint64_t ch : channels)
+    x.insert(x.end(), conv.begin() + static_cast<ptrdiff_t>(ch * K),
+             conv.begin() + static_cast<ptrdiff_t>((ch + 1) * K));
+  return x;
+}
+
+// dt_bias or A_log per value head, in the slot's order (HF A_log: log(-a_neg), not bit-exact
+// through -exp).
+std::vector<float> head_vector(const Model& m, const TensorSlot& s) {
+  const LinearAttnWeights& la = m.layer(s.layer).linear;
+  const WeightVector& v = s.role == Role::kLinDtBias ? la.dt_bias : la.a_neg;
+  const auto nv = static_cast<uint64_t>(m.config().linear.v_heads);
+  std::vector<float> x(nv);
+  for (uint64_t t = 0; t < nv; ++t) x[t] = v[source_v_head(m, s, t)];
+  if (s.role == Role::kLinALog && !slot_is_gguf(s)) {
+    for (float& e : x) e = std::log(-e);
+  }
+  return x;
+}
+
+// out_proj, its columns in value-head blocks of the slot's order.
+void write_out_columns(const Model& m, const TensorSlot& s, OutputFile& out) {
+  const kernels::Matrix& o = m.layer(s.layer).linear.out;
+  const auto hv = static_cast<uint64_t>(m.config().linear.v_head_dim);
+  const auto nv = static_cast<uint64_t>(m.config().linear.v_heads);
+  const uint64_t es = kernels::dtype_size(o.dtype);
+  const auto* base = static_cast<const std::byte*>(o.data);
+  std::vector<std::byte> row(o.cols * es);
+  for (uint64_t r = 0; r < o.rows; ++r) {
+    for (uint64_t t = 0; t < nv; ++t) {
+      const uint64_t h = source_v_head(m, s, t);
+      std::memcpy(&row[t * hv * es], base + (r * o.cols + h * hv) * es, hv * es);
+    }
+    out.write(row.data(), row.size());
+  }
+}
+
 class Hybrid final : public FamilyDef {
  public:
   explicit Hybrid(const FamilyInfo& info) : FamilyDef(info) {}
@@ -434,8 +496,6 @@ class Hybrid final : public FamilyDef {
     const LinearAttnConfig& a = c.linear;
     const auto hv = static_cast<uint64_t>(a.v_head_dim);
     const auto kd = static_cast<uint64_t>(a.key_dim());
-    const auto nv = static_cast<uint64_t>(a.v_heads);
-    const auto K = static_cast<uint64_t>(a.conv_kernel);
     switch (s.role) {
       case Role::kAttnNorm:
         norm_out(w.attn_norm);
@@ -462,60 +522,22 @@ class Hybrid final : public FamilyDef {
         write_rows(la.a, v_rows(m, s, 0, 1), out);
         return true;
       case Role::kLinQkvz:
-      case Role::kLinBa: {
-        // Qwen3-Next's interleaved layouts (value heads grouped on both sides).
-        SM_ASSERT(!a.v_heads_tiled);
-        const FusedRows f = qwen3next_fused_rows(a);
-        const bool qkvz = s.role == Role::kLinQkvz;
-        const std::vector<uint64_t>& first = qkvz ? f.qkv : f.b;
-        const std::vector<uint64_t>& second = qkvz ? f.z : f.a;
-        const kernels::Matrix& m1 = qkvz ? la.qkv : la.b;
-        const kernels::Matrix& m2 = qkvz ? la.z : la.a;
-        std::vector<std::pair<const kernels::Matrix*, uint64_t>> src(first.size() + second.size());
-        for (size_t i = 0; i < first.size(); ++i) src[first[i]] = {&m1, i};
-        for (size_t i = 0; i < second.size(); ++i) src[second[i]] = {&m2, i};
-        for (const auto& [mat, row] : src) write_rows(*mat, {row}, out);
+      case Role::kLinBa:
+        write_fused(la, a, s.role == Role::kLinQkvz, out);
         return true;
-      }
-      case Role::kLinConv: {
-        const std::vector<uint64_t> channels = v_rows(m, s, 2 * kd, hv);
-        std::vector<float> x;
-        x.reserve(la.conv.size());
-        for (uint64_t ch : channels)
-          x.insert(x.end(), la.conv.begin() + static_cast<ptrdiff_t>(ch * K),
-                   la.conv.begin() + static_cast<ptrdiff_t>((ch + 1) * K));
-        write_f32_as(x, dtype, s.name, out);
+      case Role::kLinConv:
+        write_f32_as(conv_rows(m, s), dtype, s.name, out);
         return true;
-      }
       case Role::kLinDtBias:
-      case Role::kLinALog: {
-        const WeightVector& v = s.role == Role::kLinDtBias ? la.dt_bias : la.a_neg;
-        std::vector<float> x(nv);
-        for (uint64_t t = 0; t < nv; ++t) x[t] = v[source_v_head(m, s, t)];
-        if (s.role == Role::kLinALog && !gguf) {
-          for (float& e : x) e = std::log(-e);  // A_log (not bit-exact through -exp)
-        }
-        write_f32_as(x, dtype, s.name, out);
+      case Role::kLinALog:
+        write_f32_as(head_vector(m, s), dtype, s.name, out);
         return true;
-      }
       case Role::kLinNorm:
         write_f32_as(std::vector<float>(la.norm.begin(), la.norm.end()), dtype, s.name, out);
         return true;
-      case Role::kLinOut: {
-        // Columns in value-head blocks.
-        const kernels::Matrix& o = la.out;
-        const uint64_t es = kernels::dtype_size(o.dtype);
-        const auto* base = static_cast<const std::byte*>(o.data);
-        std::vector<std::byte> row(o.cols * es);
-        for (uint64_t r = 0; r < o.rows; ++r) {
-          for (uint64_t t = 0; t < nv; ++t) {
-            const uint64_t h = source_v_head(m, s, t);
-            std::memcpy(&row[t * hv * es], base + (r * o.cols + h * hv) * es, hv * es);
-          }
-          out.write(row.data(), row.size());
-        }
+      case Role::kLinOut:
+        write_out_columns(m, s, out);
         return true;
-      }
       case Role::kSharedExpGate:
         write_f32_as(std::vector<float>(w.shared_gate.begin(), w.shared_gate.end()), dtype, s.name,
                      out);
