@@ -75,9 +75,17 @@ class FamilyDef : public FamilyInfo {
   virtual bool produce(const Model& m, const TensorSlot& s, DType dtype, OutputFile& out) const;
   virtual std::optional<DType> stored_dtype(const Model& m, const TensorSlot& s) const;
   // The config of a named shape: false if it is not one of this family's (aliases allowed). `c`
-  // comes with its source, NeoX RoPE and 4096 positions set; shape_config validates it.
+  // comes with its source, NeoX RoPE and 4096 positions set; shape_config makes every layer a
+  // MoE layer unless moe_layer is set, and validates it.
   virtual bool shape(std::string_view name, ModelConfig& c) const;
 };
+
+// The one instance of a family class (the accessors below).
+template <typename F>
+const FamilyDef& family_instance() {
+  static const F family;
+  return family;
+}
 
 // Every family, in Family order (family.cpp lists them).
 std::span<const FamilyDef* const> family_defs();
@@ -133,8 +141,12 @@ void fill_common(const HfFields& f, ModelConfig& c);
 // partial_rotary_factor).
 void apply_rope(const HfFields& f, ModelConfig& c, double default_theta,
                 double default_partial = 1.0, bool partial_allowed = false);
-// MoE layers from decoder_sparse_step and mlp_only_layers (Qwen families).
+// MoE layers from decoder_sparse_step and mlp_only_layers (Qwen families), and back (step 1,
+// the dense layers listed).
 void sparse_moe_layers(const HfFields& f, ModelConfig& c);
+void sparse_moe_layers_to_hf(const ModelConfig& c, nlohmann::json& j);
+// config.json layer_types: null when absent, else a list of one entry per layer (checked).
+const nlohmann::json* layer_types(const HfFields& f, int layers);
 
 // ---- GGUF metadata (config.cpp, weights_layout.cpp) ----
 

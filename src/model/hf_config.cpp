@@ -252,6 +252,25 @@ void sparse_moe_layers(const HfFields& f, ModelConfig& c) {
   }
 }
 
+const Json* layer_types(const HfFields& f, int layers) {
+  if (!f.has("layer_types")) return nullptr;
+  const Json& types = f.raw("layer_types");
+  if (!types.is_array() || types.size() != static_cast<size_t>(layers)) {
+    fail(f.where(), "layer_types", "expected a list of {} entries (num_hidden_layers), found {}",
+         layers, types.is_array() ? std::to_string(types.size()) : json_excerpt(types));
+  }
+  return &types;
+}
+
+void sparse_moe_layers_to_hf(const ModelConfig& c, Json& j) {
+  j["decoder_sparse_step"] = 1;
+  Json only = Json::array();
+  for (int l = 0; l < c.layers; ++l) {
+    if (!c.moe_layer[static_cast<size_t>(l)]) only.push_back(l);
+  }
+  j["mlp_only_layers"] = only;
+}
+
 ModelConfig parse_hf_config(std::string_view json_text, const std::string& where) {
   check_json_depth(json_text, where);  // before anything can recurse over a hostile nesting
   Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);

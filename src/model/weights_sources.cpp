@@ -260,6 +260,7 @@ ModelConfig shape_config(const std::string& shape) {
   for (const FamilyDef* def : family_defs()) {
     names.insert(names.end(), def->small_shapes.begin(), def->small_shapes.end());
     if (def->shape(shape, c)) {  // sets the family
+      if (c.moe_layer.empty()) c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
       c.validate();
       return c;
     }

@@ -381,8 +381,7 @@ class Deepseek final : public FamilyDef {
 }  // namespace
 
 const FamilyDef& deepseek_family() {
-  static const Deepseek family;
-  return family;
+  return family_instance<Deepseek>();
 }
 
 }  // namespace steermoe::model

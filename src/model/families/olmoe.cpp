@@ -93,7 +93,6 @@ class Olmoe final : public FamilyDef {
     c.expert_ffn = small ? 32 : 1024;
     c.qk_norm = QkNorm::kWholeProjection;
     c.eos_token = small ? 296 : 50279;
-    c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
     return true;
   }
 };
@@ -101,8 +100,7 @@ class Olmoe final : public FamilyDef {
 }  // namespace
 
 const FamilyDef& olmoe_family() {
-  static const Olmoe family;
-  return family;
+  return family_instance<Olmoe>();
 }
 
 }  // namespace steermoe::model

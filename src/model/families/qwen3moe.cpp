@@ -45,12 +45,8 @@ void from_hf_dense(const HfFields& f, ModelConfig& c) {
   apply_rope(f, c, 10000.0);
   c.dense_ffn = static_cast<int>(f.integer_or("intermediate_size", 22016, 1, L::kMaxFfn));
   refuse_sliding_window(f);
-  if (f.has("layer_types")) {
-    const Json& types = f.raw("layer_types");
-    if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
-      fail(f.where(), "layer_types", "expected a list of {} entries (num_hidden_layers), found {}",
-           c.layers, types.is_array() ? std::to_string(types.size()) : json_excerpt(types));
-    }
+  if (const Json* list = layer_types(f, c.layers)) {
+    const Json& types = *list;
     for (size_t l = 0; l < types.size(); ++l) {
       if (!types[l].is_string() || types[l].get<std::string>() != "full_attention") {
         fail(f.where(), fmt::format("layer_types[{}]", l),
@@ -147,12 +143,7 @@ class Qwen3Moe final : public FamilyDef {
     j["num_experts"] = c.experts;
     j["moe_intermediate_size"] = c.expert_ffn;
     j["intermediate_size"] = c.dense_ffn > 0 ? c.dense_ffn : c.expert_ffn;
-    j["decoder_sparse_step"] = 1;
-    Json only = Json::array();
-    for (int l = 0; l < c.layers; ++l) {
-      if (!c.moe_layer[static_cast<size_t>(l)]) only.push_back(l);
-    }
-    j["mlp_only_layers"] = only;
+    sparse_moe_layers_to_hf(c, j);
   }
 
   void to_gguf(const ModelConfig& c, GgufKv& kv) const override {
@@ -188,7 +179,6 @@ class Qwen3Moe final : public FamilyDef {
     c.qk_norm = QkNorm::kPerHead;
     c.bos_token = small ? 297 : 151643;
     c.eos_token = small ? 296 : 151645;
-    c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
     return true;
   }
 };
@@ -196,8 +186,7 @@ class Qwen3Moe final : public FamilyDef {
 }  // namespace
 
 const FamilyDef& qwen3moe_family() {
-  static const Qwen3Moe family;
-  return family;
+  return family_instance<Qwen3Moe>();
 }
 
 }  // namespace steermoe::model

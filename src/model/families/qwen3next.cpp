@@ -36,12 +36,8 @@ void linear_attention_from_hf(const HfFields& f, ModelConfig& c) {
   a.k_heads = static_cast<int>(f.integer_or("linear_num_key_heads", 16, 1, L::kMaxHeads));
   a.v_heads = static_cast<int>(f.integer_or("linear_num_value_heads", 32, 1, L::kMaxHeads));
   c.linear_layer.assign(static_cast<size_t>(c.layers), 0);
-  if (f.has("layer_types")) {
-    const Json& types = f.raw("layer_types");
-    if (!types.is_array() || types.size() != static_cast<size_t>(c.layers)) {
-      fail(f.where(), "layer_types", "expected a list of {} entries (num_hidden_layers), found {}",
-           c.layers, types.is_array() ? std::to_string(types.size()) : json_excerpt(types));
-    }
+  if (const Json* list = layer_types(f, c.layers)) {
+    const Json& types = *list;
     for (size_t l = 0; l < types.size(); ++l) {
       const Json& t = types[l];
       const std::string v = t.is_string() ? t.get<std::string>() : json_excerpt(t);
@@ -271,8 +267,8 @@ std::vector<float> conv_rows(const Model& m, const TensorSlot& s) {
   const LinearAttnConfig& a = m.config().linear;
   const WeightVector& conv = m.layer(s.layer).linear.conv;
   const auto K = static_cast<uint64_t>(a.conv_kernel);
-  const std::vector<uint64_t> channels = v_rows(m, s, 2 * static_cast<uint64_t>(a.key_dim()),
-                                                static_cast<uint64_t>(a.v_head_dim));
+  const std::vector<uint64_t> channels =
+      v_rows(m, s, 2 * static_cast<uint64_t>(a.key_dim()), static_cast<uint64_t>(a.v_head_dim));
   std::vector<float> x;
   x.reserve(conv.size());
   for (uint64_t ch : channels)
@@ -401,12 +397,7 @@ class Hybrid final : public FamilyDef {
     j["layer_types"] = types;
     if (next) {
       j["intermediate_size"] = c.dense_ffn > 0 ? c.dense_ffn : c.expert_ffn;
-      j["decoder_sparse_step"] = 1;
-      Json only = Json::array();
-      for (int l = 0; l < c.layers; ++l) {
-        if (!c.moe_layer[static_cast<size_t>(l)]) only.push_back(l);
-      }
-      j["mlp_only_layers"] = only;
+      sparse_moe_layers_to_hf(c, j);
     }
   }
 
@@ -617,7 +608,6 @@ class Hybrid final : public FamilyDef {
     c.linear_layer.assign(static_cast<size_t>(c.layers), 0);
     for (int l = 0; l < c.layers; ++l) c.linear_layer[static_cast<size_t>(l)] = (l + 1) % 4 != 0;
     if (small) c.eos_token = 296;
-    c.moe_layer.assign(static_cast<size_t>(c.layers), 1);
     return true;
   }
 };
