@@ -6,8 +6,16 @@
 
 namespace steermoe::model {
 
+// The family of each file under families/.
+const FamilyDef& olmoe_family();
+const FamilyDef& qwen3moe_family();
+const FamilyDef& deepseek_family();
+const FamilyDef& qwen3next_family();
+const FamilyDef& qwen35moe_family();
+
 std::span<const FamilyDef* const> family_defs() {
-  // In Family order. A new family: its file under families/, one line here, one Family value.
+  // In Family order. A new family: its file under families/, its accessor here (declared above
+  // and listed), one Family value.
   static const FamilyDef* const kAll[] = {&olmoe_family(), &qwen3moe_family(), &deepseek_family(),
                                           &qwen3next_family(), &qwen35moe_family()};
   return kAll;

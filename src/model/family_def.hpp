@@ -92,12 +92,6 @@ std::span<const FamilyDef* const> family_defs();
 const FamilyDef& family_def(Family family);
 // "a, b or c" (the accepted values in messages).
 std::string join_or(const std::vector<std::string>& items);
-// The families of each file.
-const FamilyDef& olmoe_family();
-const FamilyDef& qwen3moe_family();
-const FamilyDef& deepseek_family();
-const FamilyDef& qwen3next_family();
-const FamilyDef& qwen35moe_family();
 
 // ---- config.json (hf_config.cpp) ----
 
