@@ -7,9 +7,11 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "engine/backend.hpp"
 #include "engine/expert_store.hpp"
+#include "engine/ops.hpp"
 #include "link/expert_layout.hpp"
 #include "link/link.hpp"
 #include "model/weights.hpp"
@@ -33,6 +35,27 @@ struct CudaBackendParams {
   int cache_slots = 0;  // C device slots per MoE layer when experts are not uploaded
   bool quiet = false;   // no device report on stderr
 };
+
+// The GPU op set alone (the op tests drive it directly; make_cuda_backend builds one for a model).
+struct CudaOpsParams {
+  int device = 0;      // CUDA device ordinal
+  int max_batch = 1;   // tokens per op call
+  int context = 1;     // attention: cache positions
+  int max_heads = 1;   // attention: query heads
+  int hidden = 0;      // MoE: width of an expert's input and output
+  int expert_ffn = 0;  // MoE
+  int top_k = 0;       // MoE: calls per token
+  // Experts whose matrices were not prepare()d: device pointers handed out by the `cuda` link's
+  // store, or host memory copied into `cache_slots` device slots per MoE layer (each
+  // `expert_bytes`; moe_index [layers] maps a layer to its MoE index).
+  bool experts_on_device = false;
+  int cache_slots = 0;
+  size_t expert_bytes = 0;
+  std::vector<int> moe_index;
+};
+
+// Throws steermoe::Error when built without CUDA or without a device.
+std::unique_ptr<Ops> make_cuda_ops(const CudaOpsParams& params);
 
 // True if this binary was built with CUDA and a CUDA device is usable; otherwise false with the
 // reason in `why` (when not null).

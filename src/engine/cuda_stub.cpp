@@ -21,6 +21,12 @@ std::unique_ptr<ComputeBackend> make_cuda_backend(const model::Model& /*model*/,
   fail("--backend", "cuda", "expected a usable CUDA backend, found {}", why);
 }
 
+std::unique_ptr<Ops> make_cuda_ops(const CudaOpsParams& /*params*/) {
+  std::string why;
+  (void)cuda_backend_available(&why);
+  fail("--backend", "cuda", "expected a usable CUDA backend, found {}", why);
+}
+
 std::unique_ptr<CudaExperts> make_cuda_experts(const model::Model& /*model*/,
                                                const link::ExpertLayout& /*layout*/,
                                                int /*cache_slots*/, double /*test_delay_max_s*/,

@@ -5,34 +5,24 @@
 #include <cmath>
 
 #include "common/error.hpp"
+#include "model/family_def.hpp"
 #include "model/gguf.hpp"
 
 namespace steermoe::model {
 
-std::string_view family_name(Family family) {
-  switch (family) {
-    case Family::kOlmoe:
-      return "olmoe";
-    case Family::kQwen3Moe:
-      return "qwen3moe";
-    case Family::kDeepseekV3:
-      return "deepseek";
-    case Family::kQwen3Next:
-      return "qwen3next";
-    case Family::kQwen35Moe:
-      return "qwen35moe";
-  }
-  return "?";
-}
+std::string_view family_name(Family family) { return family_def(family).name; }
 
 std::string_view family_name(const ModelConfig& config) {
-  if (config.family == Family::kQwen3Moe && !config.has_moe()) return "qwen3";
-  return family_name(config.family);
+  const FamilyDef& def = family_def(config.family);
+  if (!config.has_moe() && !def.dense_name.empty()) return def.dense_name;
+  return def.name;
 }
 
-bool is_hybrid(Family family) {
-  return family == Family::kQwen3Next || family == Family::kQwen35Moe;
-}
+bool is_hybrid(Family family) { return family_def(family).hybrid; }
+
+namespace {
+bool uses_mla(Family family) { return family_def(family).attention == Mixer::kMla; }
+}  // namespace
 
 int ModelConfig::linear_layer_count() const {
   int n = 0;
@@ -41,7 +31,7 @@ int ModelConfig::linear_layer_count() const {
 }
 
 int ModelConfig::rotary_dim() const {
-  if (family == Family::kDeepseekV3) return mla.qk_rope_head_dim;
+  if (uses_mla(family)) return mla.qk_rope_head_dim;
   return rope_dim > 0 ? rope_dim : head_dim;
 }
 
@@ -126,15 +116,15 @@ std::vector<int> ModelConfig::moe_index() const {
 }
 
 int ModelConfig::q_head_dim() const {
-  return family == Family::kDeepseekV3 ? mla.qk_nope_head_dim + mla.qk_rope_head_dim : head_dim;
+  return uses_mla(family) ? mla.qk_nope_head_dim + mla.qk_rope_head_dim : head_dim;
 }
 
 int ModelConfig::v_dim() const {
-  return family == Family::kDeepseekV3 ? mla.v_head_dim : head_dim;
+  return uses_mla(family) ? mla.v_head_dim : head_dim;
 }
 
 float ModelConfig::attention_scale() const {
-  if (family == Family::kDeepseekV3 && rope_scaling.kind != RopeScalingKind::kNone &&
+  if (uses_mla(family) && rope_scaling.kind != RopeScalingKind::kNone &&
       rope_scaling.mscale_all_dim != 0.0f) {
     // DeepseekV3Attention: scaling = qk_head_dim**-0.5 * mscale**2 (in double).
     const double m = yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
@@ -228,7 +218,7 @@ void ModelConfig::validate() const {
   if (!(rope_theta > 0.0f && std::isfinite(rope_theta))) {
     fail(w, "rope_theta", "expected a positive finite value, found {}", rope_theta);
   }
-  if (family == Family::kDeepseekV3) {
+  if (uses_mla(family)) {
     check_range(w, "q_lora_rank", mla.q_lora_rank, 0, L::kMaxLoraRank);
     check_range(w, "kv_lora_rank", mla.kv_lora_rank, 1, L::kMaxLoraRank);
     check_range(w, "qk_nope_head_dim", mla.qk_nope_head_dim, 1, L::kMaxHeadDim);
@@ -245,9 +235,10 @@ void ModelConfig::validate() const {
     fail(w, "moe layers", "expected one flag per layer ({}), found {}", layers, moe_layer.size());
   }
   if (!has_moe()) {
-    // Only the dense Qwen3 has no MoE layer; it has no expert either (a Qwen3-MoE config whose
-    // every layer is in mlp_only_layers still names experts and is refused here).
-    if (family != Family::kQwen3Moe || experts != 0) {
+    // Only a family with a dense variant (Qwen3) has no MoE layer; it has no expert either (a
+    // Qwen3-MoE config whose every layer is in mlp_only_layers still names experts and is
+    // refused here).
+    if (family_def(family).dense_name.empty() || experts != 0) {
       fail(w, "layers", "expected at least one MoE layer, found none");
     }
     if (top_k != 0 || expert_ffn != 0 || shared_ffn != 0 || n_group != 1 || topk_group != 1) {
@@ -277,7 +268,7 @@ void ModelConfig::validate() const {
     fail(w, "clip_qkv", "expected null or a positive finite value, found {}", clip_qkv);
   }
   check_range(w, "rotary dims (partial_rotary_factor)", rotary_dim(), 2,
-              family == Family::kDeepseekV3 ? mla.qk_rope_head_dim : head_dim);
+              uses_mla(family) ? mla.qk_rope_head_dim : head_dim);
   if (rotary_dim() % 2 != 0) {
     fail(w, "partial_rotary_factor", "expected an even number of rotated dims, found {}",
          rotary_dim());
@@ -353,15 +344,13 @@ std::string ModelConfig::summary() const {
   if (rope_scaling.kind == RopeScalingKind::kYarn) {
     s += fmt::format(", yarn x{} (from {})", rope_scaling.factor, rope_scaling.original_max_positions);
   }
-  if (family == Family::kDeepseekV3) {
+  if (uses_mla(family)) {
     s += fmt::format(", MLA q_lora {} kv_lora {} nope {} rope {} v {}, shared ffn {}, groups {}/{}",
                      mla.q_lora_rank, mla.kv_lora_rank, mla.qk_nope_head_dim, mla.qk_rope_head_dim,
                      mla.v_head_dim, shared_ffn, topk_group, n_group);
   }
   return s;
 }
-
-namespace {
 
 int gguf_int(const GgufFile& f, const std::string& key) {
   uint64_t v = f.get_uint(key);
@@ -375,6 +364,29 @@ int gguf_int_or(const GgufFile& f, const std::string& key, int fallback) {
   return gguf_int(f, key);
 }
 
+
+namespace {
+
+// YaRN from "<arch>.rope.scaling.*" (left as none when the type is absent or "none").
+void rope_scaling_from_gguf(const GgufFile& f, const std::string& p, RopeScaling& y) {
+  const auto type = f.find_string(p + "rope.scaling.type");
+  if (!type || *type == "none") return;
+  if (*type != "yarn") {
+    fail(f.name(), p + "rope.scaling.type", "expected \"none\" or \"yarn\", found \"{}\"", *type);
+  }
+  y.kind = RopeScalingKind::kYarn;
+  y.factor = static_cast<float>(f.get_float(p + "rope.scaling.factor"));
+  y.original_max_positions = gguf_int(f, p + "rope.scaling.original_context_length");
+  y.beta_fast = static_cast<float>(f.find_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0));
+  y.beta_slow = static_cast<float>(f.find_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0));
+  // llama.cpp (deepseek2): yarn_log_multiplier = 0.1 * mscale_all_dim; the rope's own mscale
+  // is taken equal (attention factor 1) unless attn_factor says otherwise.
+  const double log_mul = f.find_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0);
+  if (log_mul != 0.0) y.mscale = y.mscale_all_dim = static_cast<float>(log_mul / 0.1);
+  y.attention_factor =
+      static_cast<float>(f.find_float(p + "rope.scaling.attn_factor").value_or(0.0));
+}
+
 }  // namespace
 
 ModelConfig config_from_gguf(const GgufFile& f) {
@@ -382,21 +394,19 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.source = f.name();
   const std::string arch = f.get_string("general.architecture");
   const std::string p = arch + ".";
-  if (arch == "olmoe") {
-    c.family = Family::kOlmoe;
-  } else if (arch == "qwen3moe" || arch == "qwen3") {
-    c.family = Family::kQwen3Moe;  // qwen3: the dense Qwen3, every layer dense (below)
-  } else if (arch == "deepseek2") {
-    c.family = Family::kDeepseekV3;
-  } else if (arch == "qwen3next") {
-    c.family = Family::kQwen3Next;
-  } else if (arch == "qwen35moe") {
-    c.family = Family::kQwen35Moe;
-  } else {
-    fail(f.name(), "general.architecture",
-         "expected olmoe, qwen3moe, qwen3, deepseek2, qwen3next or qwen35moe, found '{}'", arch);
+  const FamilyDef* def = nullptr;
+  std::vector<std::string> known;
+  for (const FamilyDef* d : family_defs()) {
+    for (const std::string_view a : d->gguf_archs) {
+      if (a == arch) def = d;
+      known.emplace_back(a);
+    }
   }
-  const bool dense = arch == "qwen3";
+  if (def == nullptr) {
+    fail(f.name(), "general.architecture", "expected {}, found '{}'", join_or(known), arch);
+  }
+  c.family = def->id;
+  const bool dense = arch == def->dense_gguf_arch;  // llama.cpp's dense qwen3 has no expert keys
   c.hidden = gguf_int(f, p + "embedding_length");
   c.gguf_prefix = p;
   c.layers = gguf_int(f, p + "block_count");
@@ -408,7 +418,7 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   c.max_positions = gguf_int_or(f, p + "context_length", 4096);
   c.rms_eps = static_cast<float>(f.get_float(p + "attention.layer_norm_rms_epsilon"));
   c.rope_theta = static_cast<float>(f.find_float(p + "rope.freq_base").value_or(10000.0));
-  if (!dense) {  // llama.cpp's qwen3 has no expert keys
+  if (!dense) {
     c.experts = gguf_int(f, p + "expert_count");
     c.top_k = gguf_int(f, p + "expert_used_count");
   }
@@ -423,132 +433,8 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   if (auto bos = f.find_uint("tokenizer.ggml.bos_token_id")) c.bos_token = static_cast<int>(*bos);
   if (auto eos = f.find_uint("tokenizer.ggml.eos_token_id")) c.eos_token = static_cast<int>(*eos);
   c.moe_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), dense ? 0 : 1);
-  if (auto type = f.find_string(p + "rope.scaling.type"); type && *type != "none") {
-    if (*type != "yarn") {
-      fail(f.name(), p + "rope.scaling.type", "expected \"none\" or \"yarn\", found \"{}\"", *type);
-    }
-    RopeScaling& y = c.rope_scaling;
-    y.kind = RopeScalingKind::kYarn;
-    y.factor = static_cast<float>(f.get_float(p + "rope.scaling.factor"));
-    y.original_max_positions = gguf_int(f, p + "rope.scaling.original_context_length");
-    y.beta_fast = static_cast<float>(f.find_float(p + "rope.scaling.yarn_beta_fast").value_or(32.0));
-    y.beta_slow = static_cast<float>(f.find_float(p + "rope.scaling.yarn_beta_slow").value_or(1.0));
-    // llama.cpp (deepseek2): yarn_log_multiplier = 0.1 * mscale_all_dim; the rope's own mscale
-    // is taken equal (attention factor 1) unless attn_factor says otherwise.
-    const double log_mul = f.find_float(p + "rope.scaling.yarn_log_multiplier").value_or(0.0);
-    if (log_mul != 0.0) y.mscale = y.mscale_all_dim = static_cast<float>(log_mul / 0.1);
-    y.attention_factor = static_cast<float>(f.find_float(p + "rope.scaling.attn_factor").value_or(0.0));
-  }
-
-  switch (c.family) {
-    case Family::kOlmoe:
-      // llama.cpp convention: feed_forward_length is the expert FFN size; no renormalisation.
-      c.head_dim = gguf_int_or(f, p + "attention.key_length", c.heads > 0 ? c.hidden / c.heads : 0);
-      c.expert_ffn =
-          gguf_int_or(f, p + "expert_feed_forward_length", gguf_int(f, p + "feed_forward_length"));
-      c.qk_norm = QkNorm::kWholeProjection;
-      c.rope = RopeKind::kNeox;
-      c.norm_topk_prob = false;
-      c.clip_qkv = static_cast<float>(f.find_float(p + "attention.clamp_kqv").value_or(0.0));
-      break;
-    case Family::kQwen3Next:
-    case Family::kQwen35Moe: {
-      c.head_dim = gguf_int(f, p + "attention.key_length");
-      if (gguf_int_or(f, p + "attention.value_length", c.head_dim) != c.head_dim) {
-        fail(f.name(), p + "attention.value_length", "expected key_length ({})", c.head_dim);
-      }
-      c.rope_dim = gguf_int_or(f, p + "rope.dimension_count", c.head_dim);
-      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
-      c.shared_ffn = gguf_int_or(f, p + "expert_shared_feed_forward_length", 0);
-      c.qk_norm = QkNorm::kPerHead;
-      c.rope = RopeKind::kNeox;
-      c.norm_topk_prob = f.find_bool(p + "expert_weights_norm").value_or(true);
-      c.attn_output_gate = true;
-      c.shared_expert_gate = c.shared_ffn > 0;
-      c.norm_plus_one = true;
-      LinearAttnConfig& a = c.linear;
-      a.conv_kernel = gguf_int(f, p + "ssm.conv_kernel");
-      a.k_head_dim = gguf_int(f, p + "ssm.state_size");
-      a.k_heads = gguf_int(f, p + "ssm.group_count");
-      a.v_heads = gguf_int(f, p + "ssm.time_step_rank");
-      const int inner = gguf_int(f, p + "ssm.inner_size");
-      if (a.v_heads <= 0 || inner % a.v_heads != 0) {
-        fail(f.name(), p + "ssm.inner_size", "expected a multiple of ssm.time_step_rank ({}), found {}",
-             a.v_heads, inner);
-      }
-      a.v_head_dim = inner / a.v_heads;
-      a.v_heads_tiled = c.family == Family::kQwen35Moe;
-      const int interval = gguf_int_or(f, p + "full_attention_interval", 4);
-      if (interval < 1) {
-        fail(f.name(), p + "full_attention_interval", "expected a positive integer, found {}",
-             interval);
-      }
-      c.linear_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 0);
-      for (int l = 0; l < c.layers; ++l)
-        c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
-      break;
-    }
-    case Family::kQwen3Moe:
-      // llama.cpp always renormalises Qwen3-MoE top-k weights; feed_forward_length is unused.
-      c.head_dim = gguf_int_or(f, p + "attention.key_length", c.heads > 0 ? c.hidden / c.heads : 0);
-      c.qk_norm = QkNorm::kPerHead;
-      c.rope = RopeKind::kNeox;
-      if (dense) {
-        c.dense_ffn = gguf_int(f, p + "feed_forward_length");
-        break;
-      }
-      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
-      c.norm_topk_prob = true;
-      // Dense layers (transformers' mlp_only_layers / decoder_sparse_step) have no router;
-      // their SwiGLU width is feed_forward_length.
-      for (int l = 0; l < c.layers; ++l) {
-        const std::string b = "blk." + std::to_string(l) + ".";
-        if (!f.has_tensor(b + "ffn_gate_inp.weight") && f.has_tensor(b + "ffn_gate.weight")) {
-          c.moe_layer[static_cast<size_t>(l)] = 0;
-        }
-      }
-      if (c.moe_layer_count() < c.layers) c.dense_ffn = gguf_int(f, p + "feed_forward_length");
-      break;
-    case Family::kDeepseekV3: {
-      // MLA is stored as MQA (head_count_kv 1, key_length = kv_lora + rope); we decompress per
-      // head, so kv heads = heads. Per-head sizes come from the *_mla keys.
-      c.kv_heads = c.heads;
-      c.mla.q_lora_rank = gguf_int_or(f, p + "attention.q_lora_rank", 0);
-      c.mla.kv_lora_rank = gguf_int(f, p + "attention.kv_lora_rank");
-      c.mla.qk_rope_head_dim = gguf_int(f, p + "rope.dimension_count");
-      const int key_mla = gguf_int(f, p + "attention.key_length_mla");
-      c.mla.qk_nope_head_dim = key_mla - c.mla.qk_rope_head_dim;
-      c.mla.v_head_dim = gguf_int(f, p + "attention.value_length_mla");
-      c.mla.lora_norm_eps = c.rms_eps;  // llama.cpp uses the model eps for the latent norms
-      c.rope = RopeKind::kInterleaved;
-      c.expert_ffn = gguf_int(f, p + "expert_feed_forward_length");
-      c.dense_ffn = gguf_int(f, p + "feed_forward_length");
-      const int64_t shared = static_cast<int64_t>(gguf_int_or(f, p + "expert_shared_count", 0)) * c.expert_ffn;
-      if (shared > ConfigLimits::kMaxFfn) {
-        fail(f.name(), p + "expert_shared_count", "shared experts x expert FFN must be <= {}, found {}",
-             ConfigLimits::kMaxFfn, shared);
-      }
-      c.shared_ffn = static_cast<int>(shared);
-      const int dense_lead = gguf_int_or(f, p + "leading_dense_block_count", 0);
-      for (int l = 0; l < std::min(dense_lead, c.layers); ++l)
-        c.moe_layer[static_cast<size_t>(l)] = 0;
-      const int gating = gguf_int_or(f, p + "expert_gating_func", 1);
-      if (gating != 1 && gating != 2) {
-        fail(f.name(), p + "expert_gating_func", "expected 1 (softmax) or 2 (sigmoid), found {}",
-             gating);
-      }
-      c.router = gating == 2 ? RouterScore::kSigmoid : RouterScore::kSoftmax;
-      c.norm_topk_prob = f.find_bool(p + "expert_weights_norm").value_or(false);
-      c.routed_scaling_factor =
-          static_cast<float>(f.find_float(p + "expert_weights_scale").value_or(1.0));
-      c.n_group = gguf_int_or(f, p + "expert_group_count", 1);
-      c.topk_group = gguf_int_or(f, p + "expert_group_used_count", c.n_group);
-      if (c.n_group == 0) c.n_group = 1;
-      if (c.topk_group == 0) c.topk_group = c.n_group;
-      c.correction_bias = f.has_tensor("blk." + std::to_string(dense_lead) + ".exp_probs_b.bias");
-      break;
-    }
-  }
+  rope_scaling_from_gguf(f, p, c.rope_scaling);
+  def->from_gguf(f, c, dense);
   c.validate();
   return c;
 }

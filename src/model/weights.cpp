@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "model/family_def.hpp"
 #include "model/gguf.hpp"
 #include "model/hf_config.hpp"
 #include "model/safetensors.hpp"
@@ -135,8 +136,7 @@ void bind_ffn(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
   }
   bind_experts(b, c, l, w);
   if (c.shared_ffn > 0) {
-    w.shared = bind_swiglu(b, l, "_shexp",
-                           is_hybrid(c.family) ? "mlp.shared_expert" : "mlp.shared_experts", H,
+    w.shared = bind_swiglu(b, l, "_shexp", family_def(c.family).hf_shared_expert, H,
                            static_cast<uint64_t>(c.shared_ffn));
   }
   if (c.shared_expert_gate) {
@@ -194,13 +194,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
     LayerWeights& w = m->layers_[static_cast<size_t>(l)];
     w.attn_norm = b.vector(layer_name(b, l, "attn_norm", "input_layernorm"), H);
     w.ffn_norm = b.vector(layer_name(b, l, "ffn_norm", "post_attention_layernorm"), H);
-    if (c.is_linear(l)) {
-      bind_linear_attention(b, c, l, w.linear);
-    } else if (c.family == Family::kDeepseekV3) {
-      bind_mla_attention(b, c, l, w);
-    } else {
-      bind_gqa_attention(b, c, l, w);
-    }
+    family_def(c.family).bind_mixer(b, c, l, w);
     bind_ffn(b, c, l, w);
   }
   if (c.norm_plus_one && !gguf) {

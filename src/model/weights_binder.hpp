@@ -1,5 +1,6 @@
 // Internal to model/: binds tensors of a Model by name with dtype and shape checks. Shared by
-// weights.cpp (common tensors, feed-forward) and the family binders in arch_*.cpp.
+// weights.cpp (common tensors, feed-forward) and the families' mixer binders (families/*.cpp,
+// gqa.cpp).
 #pragma once
 
 #include <fmt/format.h>
@@ -20,7 +21,7 @@
 namespace steermoe::model {
 
 // Looks tensors up by name in the model's file(s) and checks dtype and shape. Knows the names of
-// both formats; the family-specific binding lives in arch_gqa.cpp and arch_deepseek.cpp.
+// both formats; the family-specific binding lives in the family files.
 class WeightBinder {
  public:
   explicit WeightBinder(Model& model) : m_(model) {}
@@ -228,18 +229,5 @@ class WeightBinder {
   std::string hf_prefix_ = "model.";
   std::map<std::string, const float*> fp8_scales_;
 };
-
-// Family binders (arch_gqa.cpp, arch_deepseek.cpp).
-void bind_gqa_attention(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w);
-void bind_mla_attention(WeightBinder& b, const ModelConfig& c, int layer, LayerWeights& w);
-// Gated DeltaNet layer of the hybrid families (arch_qwen35.cpp).
-void bind_linear_attention(WeightBinder& b, const ModelConfig& c, int layer, LinearAttnWeights& w);
-// Row order of Qwen3-Next's fused projections: rows of in_proj_qkvz [q | k | v | z per key
-// head] that make q | k | v (first) and z (second), and rows of in_proj_ba [b | a per key head]
-// that make b and a. Shared with the writer (weights_sources.cpp).
-struct FusedRows {
-  std::vector<uint64_t> qkv, z, b, a;
-};
-FusedRows qwen3next_fused_rows(const LinearAttnConfig& a);
 
 }  // namespace steermoe::model

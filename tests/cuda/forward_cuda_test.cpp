@@ -1,5 +1,7 @@
 // The whole forward on the CUDA backend against the CPU engine: the llama.cpp oracle models
-// (OLMoE, Qwen3-MoE, DeepSeek-V3 MLA, Moonlight) and the steer-olmoe-tiny model. Logits within
+// (OLMoE, Qwen3-MoE, DeepSeek-V3 MLA, Moonlight), the small HF models of tests/data/hf_models
+// (Qwen3-Next, Qwen3.5, OLMoE clip_qkv, DeepSeek-V3 YaRN, dense Qwen3) and the steer-olmoe-tiny
+// model. Logits within
 // 1e-3 of the largest |logit| of each token, identical argmax, identical routed experts; and
 // bit-identical logits across --max-inflight, injected copy delays, links (emulated host slots,
 // the cuda link's device slots) and all-resident experts. Every test skips with the reason when no
@@ -65,8 +67,15 @@ class CudaForward : public ::testing::TestWithParam<std::string> {
   void SetUp() override { SM_REQUIRE_GPU(); }
 };
 
+// An oracle model's GGUF ("olmoe"), or a folder under tests/data ("hf_models/qwen3_next").
+fs::path model_path(const std::string& name) {
+  if (name.find('/') != std::string::npos)
+    return fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / name;
+  return kOracle / name / "model.gguf";
+}
+
 TEST_P(CudaForward, MatchesTheCpuEngineOnTheOracleModel) {
-  const fs::path path = kOracle / GetParam() / "model.gguf";
+  const fs::path path = model_path(GetParam());
   const auto model = model::Model::load(path);
   EngineParams p = steermoe::test_support::offload_params(*model, "exact:evict=lru", 0, "resident");
   p.backend = "cpu";
@@ -99,6 +108,16 @@ TEST_P(CudaForward, MatchesTheCpuEngineOnTheOracleModel) {
 INSTANTIATE_TEST_SUITE_P(Oracle, CudaForward,
                          ::testing::Values("olmoe", "qwen3moe", "deepseek2_v3",
                                            "deepseek2_moonlight"));
+// The features the shared block sequences brought to the GPU: Gated DeltaNet layers, gated
+// attention and shared expert, partial rotary (Qwen3-Next, Qwen3.5), clip_qkv (OLMoE), YaRN
+// (DeepSeek-V3), the dense Qwen3.
+INSTANTIATE_TEST_SUITE_P(HfModels, CudaForward,
+                         ::testing::Values("hf_models/qwen3_next", "hf_models/qwen3_5_moe",
+                                           "hf_models/olmoe_clip", "hf_models/deepseek_v3_yarn",
+                                           "hf_models/qwen3_dense"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           return i.param.substr(i.param.find('/') + 1);
+                         });
 
 class CudaTiny : public ::testing::Test {
  protected:

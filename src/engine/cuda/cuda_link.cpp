@@ -10,16 +10,13 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "engine/cuda/cuda_util.hpp"
 #include "engine/cuda_backend_factory.hpp"
 #include "model/expert_layout.hpp"
 #include "schedule/scheduler.hpp"
 
 namespace steermoe::engine {
 namespace {
-
-void check(cudaError_t err, const char* what) {
-  if (err != cudaSuccess) fail("cuda", what, "expected success, found {}", cudaGetErrorString(err));
-}
 
 class CudaLink final : public link::Link {
  public:

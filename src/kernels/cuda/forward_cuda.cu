@@ -3,17 +3,22 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernels/cuda/cuda_common.cuh"
 #include "kernels/cuda/forward_cuda.hpp"
 
 namespace steermoe::kernels::cuda {
 namespace {
 
-constexpr int kWarp = 32;
-constexpr int kRowsPerBlock = 8;  // one warp per output row
-constexpr int kThreads = 256;
+using detail::as_stream;
+using detail::block_max;
+using detail::block_sum;
+using detail::blocks;
+using detail::kThreads;
+using detail::kWarp;
+using detail::last_error;
+using detail::warp_sum;
 
-cudaStream_t as_stream(void* s) { return static_cast<cudaStream_t>(s); }
-int last_error() { return static_cast<int>(cudaGetLastError()); }
+constexpr int kRowsPerBlock = 8;  // one warp per output row
 
 __device__ __forceinline__ float load_w(const void* w, WType t, int64_t i) {
   switch (t) {
@@ -26,44 +31,12 @@ __device__ __forceinline__ float load_w(const void* w, WType t, int64_t i) {
   }
 }
 
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int off = kWarp / 2; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
-  return v;
-}
-
 // Lane-partial dot product of row `row` with x, lanes over fixed strides of 32 columns.
 __device__ __forceinline__ float row_dot(const void* w, WType t, int64_t row_start, const float* x,
                                          int cols, int lane) {
   float s = 0.0f;
   for (int c = lane; c < cols; c += kWarp) s = fmaf(load_w(w, t, row_start + c), x[c], s);
   return warp_sum(s);
-}
-
-// Fixed-tree block sum over kThreads threads; every thread gets the total.
-__device__ float block_sum(float v, float* red) {
-  red[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s /= 2) {
-    if (static_cast<int>(threadIdx.x) < s) red[threadIdx.x] += red[threadIdx.x + s];
-    __syncthreads();
-  }
-  const float total = red[0];
-  __syncthreads();
-  return total;
-}
-
-__device__ float block_max(float v, float* red) {
-  red[threadIdx.x] = v;
-  __syncthreads();
-  for (int s = kThreads / 2; s > 0; s /= 2) {
-    if (static_cast<int>(threadIdx.x) < s)
-      red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
-    __syncthreads();
-  }
-  const float total = red[0];
-  __syncthreads();
-  return total;
 }
 
 __global__ void matmul_kernel(DMatrix w, const float* __restrict__ x, int64_t xs,
@@ -94,17 +67,20 @@ __global__ void rmsnorm_kernel(const float* x, int64_t is, const float* __restri
 }
 
 __global__ void rope_kernel(float* x, int64_t ts, int heads, int64_t hs, int rot_offset, int rot,
-                            int pos0, float theta, bool interleaved) {
+                            int pos0, float theta, bool interleaved, const float* inv_freq,
+                            float factor) {
   const int half = rot / 2;
   const int t = blockIdx.y;
   const int idx = blockIdx.x * blockDim.x + threadIdx.x;  // over heads * half
   if (idx >= heads * half) return;
   const int h = idx / half;
   const int i = idx % half;
-  const float inv_freq = powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(rot));
-  const float angle = static_cast<float>(pos0 + t) * inv_freq;
-  const float c = cosf(angle);
-  const float s = sinf(angle);
+  const float freq = inv_freq != nullptr
+                         ? inv_freq[i]
+                         : powf(theta, -2.0f * static_cast<float>(i) / static_cast<float>(rot));
+  const float angle = static_cast<float>(pos0 + t) * freq;
+  const float c = cosf(angle) * factor;
+  const float s = sinf(angle) * factor;
   float* v = x + t * ts + h * hs + rot_offset;
   const int i0 = interleaved ? 2 * i : i;
   const int i1 = interleaved ? 2 * i + 1 : i + half;
@@ -218,8 +194,6 @@ __global__ void moe_down_kernel(const MoeExpert* __restrict__ ex, int k, WType t
   if (lane == 0) out[r] = total;
 }
 
-unsigned blocks(int64_t n, int per) { return static_cast<unsigned>((n + per - 1) / per); }
-
 }  // namespace
 
 int matmul(const DMatrix& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int n,
@@ -242,12 +216,19 @@ int rmsnorm_rows(const float* x, int64_t in_stride, const float* w, float* out,
 
 int rope(float* x, int n, int64_t token_stride, int heads, int64_t head_stride, int rot_offset,
          int rot_dim, int pos0, float theta, bool interleaved, void* stream) {
+  return rope_scaled(x, n, token_stride, heads, head_stride, rot_offset, rot_dim, pos0, theta,
+                     interleaved, nullptr, 1.0f, stream);
+}
+
+int rope_scaled(float* x, int n, int64_t token_stride, int heads, int64_t head_stride,
+                int rot_offset, int rot_dim, int pos0, float theta, bool interleaved,
+                const float* inv_freq, float attention_factor, void* stream) {
   if (n <= 0 || heads <= 0 || rot_dim < 2) return 0;
   const dim3 grid(blocks(static_cast<int64_t>(heads) * (rot_dim / 2), kThreads),
                   static_cast<unsigned>(n));
   rope_kernel<<<grid, kThreads, 0, as_stream(stream)>>>(x, token_stride, heads, head_stride,
                                                         rot_offset, rot_dim, pos0, theta,
-                                                        interleaved);
+                                                        interleaved, inv_freq, attention_factor);
   return last_error();
 }
 

@@ -1,0 +1,308 @@
+#include "engine/cpu/cpu_ops.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "common/error.hpp"
+#include "kernels/linear_attention.hpp"
+
+namespace steermoe::engine {
+
+using kernels::Matrix;
+
+// MoE and product scratch, sized once for max_batch tokens so that no op allocates.
+struct CpuOps::Scratch {
+  std::vector<int32_t> exp_count;                    // [E]
+  std::vector<int32_t> exp_tokens;                   // [E][B]
+  std::vector<float> exp_weights;                    // [E][B]
+  std::vector<const model::SwigluWeights*> exp_ptr;  // [E] weights of each expert in the batch
+  std::vector<float> gathered;                       // [B][H]
+  std::vector<float> gate;                           // [B][F]
+  std::vector<float> up;                             // [B][F]
+  std::vector<float> ffn_out;                        // [B][H]
+  std::vector<float> exp_gu;   // [K][2 * F] decode: gate | up per selected expert
+  std::vector<float> exp_out;  // [K][H] decode: down output per selected expert
+  // decode: matrix products run under one synchronisation
+  std::vector<kernels::MatvecJob> jobs;
+};
+
+namespace {
+
+// One product over n tokens: a matrix-vector product for one token (decode), else the batched
+// product, which reads every weight row once for all n (each row equal to matvec's).
+void product(kernels::ThreadPool& pool, const Matrix& w, const float* x, int n, float* y) {
+  if (n == 1) {
+    kernels::matvec(pool, w, x, y);
+  } else {
+    kernels::matmul(pool, w, x, static_cast<size_t>(n), y);
+  }
+}
+
+float sigmoid(float x) {
+  return 1.0f / (1.0f + std::exp(-x));
+}
+
+constexpr size_t kMaxProducts = 8;  // products of one matmul() call
+
+}  // namespace
+
+CpuOps::CpuOps(const CpuOpsParams& params)
+    : params_(params), pool_(static_cast<size_t>(std::max(1, params.threads))) {
+  const auto B = static_cast<size_t>(std::max(1, params.max_batch));
+  const auto H = static_cast<size_t>(params.hidden);
+  const auto E = static_cast<size_t>(params.experts);
+  const auto K = static_cast<size_t>(params.top_k);
+  const auto F = static_cast<size_t>(params.expert_ffn);
+  s_ = std::make_unique<Scratch>();
+  Scratch& s = *s_;
+  s.exp_count.resize(E);
+  s.exp_tokens.resize(E * B);
+  s.exp_weights.resize(E * B);
+  s.exp_ptr.resize(E);
+  s.gathered.resize(B * H);
+  s.gate.resize(B * F);
+  s.up.resize(B * F);
+  s.ffn_out.resize(B * H);
+  s.exp_gu.resize(K * 2 * F);
+  s.exp_out.resize(K * H);
+  s.jobs.resize(std::max(2 * K, kMaxProducts));
+}
+
+CpuOps::~CpuOps() = default;
+
+float* CpuOps::alloc(size_t count) {
+  owned_.push_back(std::make_unique<float[]>(std::max<size_t>(count, 1)));  // zeroed
+  return owned_.back().get();
+}
+
+void CpuOps::alloc_kv(int layers, int positions, size_t k_width, size_t v_width,
+                      const std::vector<uint8_t>& skip) {
+  kv_ = KvCache(layers, positions, k_width, v_width, skip);
+}
+
+void CpuOps::upload(float* dst, const float* host, size_t count) {
+  if (dst != host) std::memcpy(dst, host, count * sizeof(float));
+}
+
+void CpuOps::download(float* host, const float* src, size_t count) {
+  if (host != src) std::memcpy(host, src, count * sizeof(float));
+}
+
+void CpuOps::matmul(std::span<const Product> products, int n) {
+  if (n == 1 && products.size() > 1) {
+    // One synchronisation for every product (each row computed as by matvec).
+    SM_ASSERT(products.size() <= s_->jobs.size());
+    for (size_t i = 0; i < products.size(); ++i)
+      s_->jobs[i] = {.w = *products[i].w, .x = products[i].x, .y = products[i].y};
+    kernels::matvec_batch(pool_, s_->jobs.data(), products.size());
+    return;
+  }
+  for (const Product& p : products) product(pool_, *p.w, p.x, n, p.y);
+}
+
+void CpuOps::rmsnorm(const float* x, int64_t x_stride, std::span<const float> w, float* out,
+                     int64_t out_stride, int rows, int dim, float eps) {
+  const float* weight = w.empty() ? nullptr : w.data();
+  for (int r = 0; r < rows; ++r) {
+    kernels::rmsnorm(x + r * x_stride, weight, out + r * out_stride, static_cast<size_t>(dim),
+                     {.eps = eps});
+  }
+}
+
+void CpuOps::rope(float* x, int n, int64_t token_stride, int heads, int pos0,
+                  const RopeSpec& spec) {
+  const kernels::RopeParams p{.style = spec.style,
+                              .head_dim = static_cast<size_t>(spec.head_stride),
+                              .rot_offset = static_cast<size_t>(spec.rot_offset),
+                              .rot_dim = static_cast<size_t>(spec.rot_dim),
+                              .theta = spec.theta,
+                              .inv_freq = spec.inv_freq,
+                              .attention_factor = spec.attention_factor};
+  for (int t = 0; t < n; ++t)
+    kernels::rope(x + t * token_stride, static_cast<size_t>(heads), static_cast<size_t>(pos0 + t),
+                  p);
+}
+
+void CpuOps::attention(const float* q, const float* k_cache, const float* v_cache, float* out,
+                       int n, int pos0, const AttentionSpec& spec) {
+  const kernels::AttentionParams ap{.n_heads = static_cast<size_t>(spec.heads),
+                                    .n_kv_heads = static_cast<size_t>(spec.kv_heads),
+                                    .head_dim_k = static_cast<size_t>(spec.dk),
+                                    .head_dim_v = static_cast<size_t>(spec.dv),
+                                    .scale = spec.scale};
+  if (n == 1) {
+    kernels::attention(pool_, q, k_cache, v_cache, static_cast<size_t>(pos0 + 1), out, ap);
+    return;
+  }
+  // Query i of the batch equals attention() at position pos0 + i bit for bit.
+  kernels::attention_prefill(pool_, q, ap.n_heads * ap.head_dim_k, static_cast<size_t>(n),
+                             static_cast<size_t>(pos0), k_cache, v_cache, out,
+                             ap.n_heads * ap.head_dim_v, ap);
+}
+
+void CpuOps::swiglu(const float* gate, const float* up, float* out, int64_t count) {
+  kernels::swiglu(gate, up, out, static_cast<size_t>(count));
+}
+
+void CpuOps::add(const float* a, const float* b, float* out, int64_t count) {
+  kernels::add(a, b, out, static_cast<size_t>(count));
+}
+
+void CpuOps::clamp(float* x, int64_t count, float limit) {
+  for (int64_t i = 0; i < count; ++i) x[i] = std::clamp(x[i], -limit, limit);
+}
+
+void CpuOps::sigmoid_mul(float* x, const float* gate, int64_t count) {
+  for (int64_t i = 0; i < count; ++i) x[i] *= sigmoid(gate[i]);
+}
+
+void CpuOps::sigmoid_dot_scale(float* x, const float* a, std::span<const float> w, int rows,
+                               int dim) {
+  const auto d = static_cast<size_t>(dim);
+  for (size_t r = 0; r < static_cast<size_t>(rows); ++r) {
+    const float g = kernels::dot(w.data(), a + r * d, d);
+    kernels::scale(sigmoid(g), x + r * d, d);
+  }
+}
+
+void CpuOps::copy(const float* src, float* dst, const CopySpec& c) {
+  const size_t bytes = static_cast<size_t>(c.cols) * sizeof(float);
+  for (int o = 0; o < c.outer; ++o) {
+    for (int r = 0; r < c.rows; ++r) {
+      std::memcpy(dst + o * c.dst_outer + r * c.dst_row, src + o * c.src_outer + r * c.src_row,
+                  bytes);
+    }
+  }
+}
+
+void CpuOps::zero(float* x, size_t count) {
+  std::fill_n(x, count, 0.0f);
+}
+
+void CpuOps::moe(int /*layer*/, const float* x, int n, std::span<const ExpertCall> calls,
+                 float* out) {
+  SM_ASSERT(n >= 1 && n <= params_.max_batch && calls.size() % static_cast<size_t>(n) == 0);
+  SM_ASSERT(calls.size() / static_cast<size_t>(n) <= static_cast<size_t>(params_.top_k));
+  std::fill_n(out, static_cast<size_t>(n) * static_cast<size_t>(params_.hidden), 0.0f);
+  if (n == 1) {
+    moe_decode(x, calls, out);
+  } else {
+    moe_grouped(x, n, calls, out);
+  }
+}
+
+// Gate and up of every selected expert under one synchronisation, then every down under another:
+// the weights of all K experts stream back to back (each row computed as by matvec). Calls are in
+// ascending expert order and accumulated in that order, as in the grouped path.
+void CpuOps::moe_decode(const float* x, std::span<const ExpertCall> calls, float* out) {
+  Scratch& s = *s_;
+  const auto H = static_cast<size_t>(params_.hidden);
+  const auto F = static_cast<size_t>(params_.expert_ffn);
+  const size_t K = calls.size();
+  for (size_t i = 0; i < K; ++i) {
+    const model::SwigluWeights& ex = *calls[i].weights;
+    SM_ASSERT(ex.gate.rows == F);
+    float* gu = &s.exp_gu[i * 2 * F];
+    s.jobs[2 * i] = {.w = ex.gate, .x = x, .y = gu};
+    s.jobs[2 * i + 1] = {.w = ex.up, .x = x, .y = gu + F};
+  }
+  kernels::matvec_batch(pool_, s.jobs.data(), 2 * K);
+  for (size_t i = 0; i < K; ++i) {
+    float* gu = &s.exp_gu[i * 2 * F];
+    kernels::swiglu(gu, gu + F, gu, F);
+    s.jobs[i] = {.w = calls[i].weights->down, .x = gu, .y = &s.exp_out[i * H]};
+  }
+  kernels::matvec_batch(pool_, s.jobs.data(), K);
+  for (size_t i = 0; i < K; ++i) kernels::axpy(calls[i].weight, &s.exp_out[i * H], out, H);
+}
+
+// Tokens grouped by expert: each expert runs once over its tokens, and its outputs are scattered
+// in expert order.
+void CpuOps::moe_grouped(const float* x, int n, std::span<const ExpertCall> calls, float* out) {
+  Scratch& s = *s_;
+  const auto H = static_cast<size_t>(params_.hidden);
+  const auto E = static_cast<size_t>(params_.experts);
+  const auto B = static_cast<size_t>(params_.max_batch);
+  const auto F = static_cast<size_t>(params_.expert_ffn);
+  const size_t K = calls.size() / static_cast<size_t>(n);
+  std::fill(s.exp_count.begin(), s.exp_count.end(), 0);
+  for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
+    for (size_t i = 0; i < K; ++i) {
+      const ExpertCall& call = calls[t * K + i];
+      const auto e = static_cast<size_t>(call.expert);
+      SM_ASSERT(e < E && call.weights->gate.rows == F);
+      const auto c = static_cast<size_t>(s.exp_count[e]++);
+      s.exp_tokens[e * B + c] = static_cast<int32_t>(t);
+      s.exp_weights[e * B + c] = call.weight;
+      s.exp_ptr[e] = call.weights;
+    }
+  }
+  for (size_t e = 0; e < E; ++e) {
+    const int count = s.exp_count[e];
+    if (count == 0) continue;
+    for (size_t c = 0; c < static_cast<size_t>(count); ++c) {
+      const auto t = static_cast<size_t>(s.exp_tokens[e * B + c]);
+      std::memcpy(&s.gathered[c * H], x + t * H, H * sizeof(float));
+    }
+    const model::SwigluWeights& w = *s.exp_ptr[e];
+    product(pool_, w.gate, s.gathered.data(), count, s.gate.data());
+    product(pool_, w.up, s.gathered.data(), count, s.up.data());
+    kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(), static_cast<size_t>(count) * F);
+    product(pool_, w.down, s.gate.data(), count, s.ffn_out.data());
+    for (size_t c = 0; c < static_cast<size_t>(count); ++c) {
+      const auto t = static_cast<size_t>(s.exp_tokens[e * B + c]);
+      kernels::axpy(s.exp_weights[e * B + c], &s.ffn_out[c * H], out + t * H, H);
+    }
+  }
+}
+
+void CpuOps::delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
+                        float* qkv, const float* z, const float* b, const float* a, int n,
+                        float* core) {
+  // Token by token (a batched prefill computes exactly what decoding does).
+  const auto conv_dim = static_cast<size_t>(2 * spec.k_heads * spec.dk + spec.v_heads * spec.dv);
+  const auto vd = static_cast<size_t>(spec.v_heads * spec.dv);
+  const auto nv = static_cast<size_t>(spec.v_heads);
+  for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
+    delta_rule_token(spec, w, state, qkv + t * conv_dim, z + t * vd, b + t * nv, a + t * nv,
+                     core + t * vd);
+  }
+}
+
+// One token (transformers' torch_recurrent_gated_delta_rule order, fp32): conv + SiLU, q and k
+// L2-normalised per key head (eps 1e-6), q /= sqrt(dk); per value head beta = sigmoid(b),
+// g = -exp(A_log) * softplus(a + dt_bias), the delta-rule step, then the gated RMSNorm.
+void CpuOps::delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
+                              DeltaRuleState state, float* mixed, const float* z, const float* b,
+                              const float* a, float* core) {
+  const auto nk = static_cast<size_t>(spec.k_heads);
+  const auto nv = static_cast<size_t>(spec.v_heads);
+  const auto dk = static_cast<size_t>(spec.dk);
+  const auto dv = static_cast<size_t>(spec.dv);
+  const size_t kd = nk * dk;
+  const size_t r = nv / nk;
+  const size_t conv_dim = 2 * kd + nv * dv;
+  const auto sqrt_dk = static_cast<float>(std::sqrt(static_cast<double>(dk)));  // query / dk**0.5
+  kernels::conv1d_silu_step(state.conv, mixed, w.conv.data(), conv_dim,
+                            static_cast<size_t>(spec.conv_kernel), mixed);
+  float* q = mixed;
+  float* k = mixed + kd;
+  const float* v = mixed + 2 * kd;
+  for (size_t h = 0; h < nk; ++h) {
+    kernels::l2norm(q + h * dk, dk, 1e-6f);
+    kernels::l2norm(k + h * dk, dk, 1e-6f);
+    for (size_t i = 0; i < dk; ++i) q[h * dk + i] = q[h * dk + i] / sqrt_dk;
+  }
+  for (size_t h = 0; h < nv; ++h) {
+    const size_t kh = spec.v_heads_tiled ? h % nk : h / r;
+    const float beta = sigmoid(b[h]);
+    const float g = w.a_neg[h] * kernels::softplus(a[h] + w.dt_bias[h]);
+    float* o = core + h * dv;
+    kernels::delta_rule_step(state.recurrent + h * dk * dv, q + kh * dk, k + kh * dk, v + h * dv, g,
+                             beta, dk, dv, o);
+    kernels::rmsnorm_gated(o, w.norm.data(), z + h * dv, o, dv, spec.eps);
+  }
+}
+
+}  // namespace steermoe::engine
