@@ -5,7 +5,7 @@
 
 #include "common/error.hpp"
 #include "link/disk_link.hpp"
-#include "model/expert_layout.hpp"
+#include "model/expert_ranges.hpp"
 
 namespace steermoe::engine {
 

@@ -6,7 +6,7 @@
 
 #include "common/error.hpp"
 #include "common/memory_limit.hpp"
-#include "model/expert_layout.hpp"
+#include "model/expert_ranges.hpp"
 
 namespace steermoe::engine {
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "model/family_def.hpp"
+
 namespace steermoe::engine {
 
 policy::RouterSpec router_spec(const model::ModelConfig& c) {
@@ -15,7 +17,7 @@ policy::RouterSpec router_spec(const model::ModelConfig& c) {
   s.topk_group = c.topk_group;
   s.norm_topk_prob = c.norm_topk_prob;
   s.routed_scaling_factor = c.routed_scaling_factor;
-  s.default_window = c.family == model::Family::kDeepseekV3 ? 4 : 8;
+  s.default_window = model::family_def(c.family).pregate_window;
   return s;
 }
 

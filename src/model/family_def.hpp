@@ -44,6 +44,9 @@ struct FamilyInfo {
   Mixer attention = Mixer::kGqa;     // mixer of the layers that are not Gated DeltaNet layers
   bool hybrid = false;               // has Gated DeltaNet layers (layer_types)
   const char* hf_shared_expert = "mlp.shared_experts";  // HF name of the shared expert block
+  // Pre-gate candidates PSR examines per layer by default (the policy's W): the paper's 8, and 4
+  // for DeepSeek-style routers, whose top-6 of 64 leaves less room to predict.
+  int pregate_window = 8;
   // Named shapes: real models, then "small" ones for tests (shape() makes them).
   std::span<const std::string_view> shapes;
   std::span<const std::string_view> small_shapes;

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "model/dtype.hpp"
-#include "model/mmap_file.hpp"
+#include "model/file_writer.hpp"
 
 namespace steermoe::model {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "model/dtype.hpp"
-#include "model/mmap_file.hpp"
+#include "model/file_writer.hpp"
 #include "model/pending_tensor.hpp"
 
 namespace steermoe::model {

@@ -14,7 +14,7 @@
 #include "model/config.hpp"
 #include "model/dtype.hpp"
 #include "model/gguf.hpp"
-#include "model/mmap_file.hpp"
+#include "model/file_writer.hpp"
 #include "model/weights.hpp"
 
 namespace steermoe::model {

@@ -18,7 +18,7 @@
 
 #include "common/error.hpp"
 #include "engine/engine.hpp"
-#include "model/expert_layout.hpp"
+#include "model/expert_ranges.hpp"
 #include "model/gguf.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"

@@ -10,7 +10,7 @@
 
 #include "link/disk_link.hpp"
 #include "link/emulated_link.hpp"
-#include "model/expert_layout.hpp"
+#include "model/expert_ranges.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights_layout.hpp"
 #include "test_util.hpp"

@@ -16,7 +16,7 @@
 #include "common/error.hpp"
 #include "link/expert_layout.hpp"
 #include "link/slot_arena.hpp"
-#include "model/mmap_file.hpp"
+#include "model/file_writer.hpp"
 
 namespace steermoe::link::testing {
 
@@ -25,7 +25,9 @@ namespace fs = std::filesystem;
 // A fresh folder under the test's working directory (the build tree: ext4 here, where O_DIRECT
 // works; /tmp may be a tmpfs). Removed and recreated on each call.
 inline fs::path scratch(const std::string& name) {
-  const fs::path dir = fs::current_path() / "link_scratch" / name;
+  // Per process (TEST_TMPDIR): CTest runs tests of this binary in parallel processes, and two of
+  // them may use one name.
+  const fs::path dir = fs::path(::testing::TempDir()) / "link_scratch" / name;
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

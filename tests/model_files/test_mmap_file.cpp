@@ -3,7 +3,7 @@
 
 #include <cstring>
 
-#include "model/mmap_file.hpp"
+#include "model/file_writer.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::model {

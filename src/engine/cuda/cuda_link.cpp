@@ -12,7 +12,7 @@
 #include "common/error.hpp"
 #include "engine/cuda/cuda_util.hpp"
 #include "engine/cuda_backend_factory.hpp"
-#include "model/expert_layout.hpp"
+#include "model/expert_ranges.hpp"
 #include "schedule/scheduler.hpp"
 
 namespace steermoe::engine {

@@ -133,6 +133,7 @@ class Deepseek final : public FamilyDef {
                    .hf_types = kHfTypes,
                    .gguf_archs = kGgufArchs,
                    .attention = Mixer::kMla,
+                   .pregate_window = 4,
                    .shapes = kShapes,
                    .small_shapes = kSmallShapes}) {}
 

@@ -1,4 +1,4 @@
-#include "model/mmap_file.hpp"
+#include "model/file_writer.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>

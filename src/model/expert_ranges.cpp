@@ -1,4 +1,4 @@
-#include "model/expert_layout.hpp"
+#include "model/expert_ranges.hpp"
 
 #include <functional>
 #include <span>
