@@ -13,10 +13,11 @@
 
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
-#include "common/output_file.hpp"
-#include "common/progress.hpp"
 #include "cli/validators.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
+#include "common/progress.hpp"
+#include "schedule/offload_config.hpp"
 #include "schedule/profile.hpp"
 #include "schedule/simulator.hpp"
 #include "trace/calibration_file.hpp"
@@ -34,6 +35,7 @@ struct SimOptionsCli {
   std::vector<std::string> policies;
   int cache = 0;
   std::vector<int> max_inflight{2};
+  std::string pacing = "fifo";
   int64_t steps = 0;
   double link_gbps = 0;
   double latency_us = -1;
@@ -44,6 +46,7 @@ struct SimOptionsCli {
 struct Row {
   std::string policy_arg;
   int max_inflight = 0;
+  std::string pacing;
   std::string loop, loop_reason;
   bool physical = false;
   schedule::SimResult result;
@@ -61,6 +64,7 @@ nlohmann::json row_json(const Row& row, int layers) {
       {"policy_arg", row.policy_arg},
       {"physical_demonstration_mode", row.physical},
       {"max_inflight", row.max_inflight},
+      {"prefetch_pacing", row.pacing},
       {"loop", row.loop},
       {"loop_reason", row.loop_reason},
       {"tokens", t.tokens},
@@ -77,7 +81,8 @@ nlohmann::json row_json(const Row& row, int layers) {
         {"in_time", t.prefetch_in_time / n},
         {"late", t.prefetch_late / n},
         {"unused", t.prefetch_unused / n},
-        {"dropped_stale", t.prefetch_dropped / n}}},
+        {"dropped_stale", t.prefetch_dropped / n},
+        {"deferred", t.prefetch_deferred / n}}},
       {"stall_ms_per_token",
        {{"total", t.stall / n * 1e3},
         {"on_demand", t.stall_on_demand / n * 1e3},
@@ -186,13 +191,16 @@ void run_sim(const SimOptionsCli& o) {
       Row row;
       row.policy_arg = text;
       row.max_inflight = inflight;
+      row.pacing = o.pacing;
       row.physical = config.physical;
       const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache);
       row.loop = loop.loop;
       row.loop_reason = loop.reason;
       const auto begin = std::chrono::steady_clock::now();
       row.result = schedule::simulate(spec, config, calibration, profile, view,
-                                      {.cache_slots = o.cache, .max_inflight = inflight});
+                                      {.cache_slots = o.cache,
+                                       .max_inflight = inflight,
+                                       .pacing = schedule::parse_pacing(o.pacing)});
       row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
       rows.push_back(std::move(row));
       progress.advance(steps);  // per row; throws Interrupted after Ctrl-C
@@ -272,6 +280,10 @@ void add_sim_command(CLI::App& root) {
       ->required()
       ->take_all();
   cmd->add_option("--cache", o->cache, "Cache slots per layer C (K <= C <= E)")->required();
+  cmd->add_option("--prefetch-pacing", o->pacing,
+                  "When pending prefetches are copied: fifo | defer | demand (see `run --help`)")
+      ->check(CLI::IsMember({"fifo", "defer", "demand"}))
+      ->capture_default_str();
   cmd->add_option("--max-inflight", o->max_inflight,
                   "Enqueued unfinished prefetches allowed at a layer boundary (several values: one "
                   "row each)")

@@ -32,6 +32,14 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
   cmd->add_option("--max-inflight", o.max_inflight, "Prefetch copies in flight at a layer boundary")
       ->check(CLI::Range(1, 1024))
       ->capture_default_str();
+  cmd->add_option(
+         "--prefetch-pacing", o.pacing,
+         "When pending prefetches are copied: fifo (in order, at layer boundaries) | defer "
+         "(one found unused at its layer waits until no other prefetch does) | demand "
+         "(such a one is copied only when a later selection needs it); latency only, "
+         "routing and output never change")
+      ->check(CLI::IsMember({"fifo", "defer", "demand"}))
+      ->capture_default_str();
   cmd->add_option("--calib", o.calib,
                   "Calibration (.smcal); default: the model's calib.smcal when present");
   cmd->add_flag("--verify", o.verify,
@@ -100,6 +108,7 @@ schedule::OffloadRequest offload_request(const EngineOptions& o, const model::Mo
                              .residency = o.residency,
                              .link = o.link,
                              .max_inflight = o.max_inflight,
+                             .pacing = o.pacing,
                              .verify = o.verify};
   const std::string path = calibration_path(o, model_path);
   if (path.empty()) return r;

@@ -20,6 +20,7 @@ struct EngineOptions {
   double residency = 0.0;  // fraction of experts cached per layer (0 = not given)
   std::string link = "resident";
   int max_inflight = 2;
+  std::string pacing = "fifo";
   std::string calib;  // empty = the model's own calib.smcal when present
   bool verify = false;
   std::string backend = "auto";  // cpu | cuda | auto (cuda when built with it and a GPU is present)

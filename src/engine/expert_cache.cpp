@@ -136,7 +136,8 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
       schedule::OffloadParams{.cache_slots = slots,
                               .max_inflight = config_.max_inflight,
                               .expert_bytes = expert_bytes_,
-                              .max_positions = params.max_positions},
+                              .max_positions = params.max_positions,
+                              .pacing = config_.pacing},
       link());
   if (sim_clock_ != nullptr) step_->simulate_compute(sim_clock_, &profile_);
   // The stores that check a slot's copy before handing out its expert read the scheduler's

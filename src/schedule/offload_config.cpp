@@ -40,9 +40,29 @@ OffloadRequest OffloadConfig::request() const {
           .cache = cache_slots,
           .link = link.text,
           .max_inflight = max_inflight,
+          .pacing = pacing_name(pacing),
           .verify = verify,
           .calibration = calibration_source.empty() ? nullptr : calibration,
           .calibration_source = calibration_source};
+}
+
+PrefetchPacing parse_pacing(const std::string& text) {
+  if (text == "fifo") return PrefetchPacing::kFifo;
+  if (text == "defer") return PrefetchPacing::kDefer;
+  if (text == "demand") return PrefetchPacing::kDemand;
+  fail("--prefetch-pacing", "value", "expected fifo, defer or demand, found '{}'", text);
+}
+
+const char* pacing_name(PrefetchPacing pacing) {
+  switch (pacing) {
+    case PrefetchPacing::kFifo:
+      return "fifo";
+    case PrefetchPacing::kDefer:
+      return "defer";
+    case PrefetchPacing::kDemand:
+      return "demand";
+  }
+  return "fifo";
 }
 
 OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) {
@@ -56,6 +76,7 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
   if (r.max_inflight < 1 || r.max_inflight > 1024)
     fail("engine", "--max-inflight", "expected 1..1024, found {}", r.max_inflight);
   c.max_inflight = r.max_inflight;
+  c.pacing = parse_pacing(r.pacing);
   c.verify = r.verify;
   if (r.calibration != nullptr && !dense) {
     policy::check_calibration_shape(

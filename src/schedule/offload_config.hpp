@@ -10,6 +10,7 @@
 #include "link/link_spec.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
+#include "schedule/scheduler.hpp"
 
 namespace steermoe::schedule {
 
@@ -20,6 +21,7 @@ struct OffloadRequest {
   double residency = 0.0;                  // fraction of each layer's experts cached; 0 = not given
   std::string link = "resident";           // --link value
   int max_inflight = 2;                    // prefetch copies in flight at a layer boundary
+  std::string pacing = "fifo";             // --prefetch-pacing: fifo | defer | demand
   bool verify = false;                     // disk link: checksum every copied expert
   // Loaded by the caller (or null: none found). Shared: engines and steps keep it alive.
   std::shared_ptr<const policy::Calibration> calibration;
@@ -41,6 +43,7 @@ struct OffloadConfig {
   int cache_slots = 0;          // C per MoE layer (K <= C <= E); 0 for a dense model
   link::LinkSpec link;          // parsed; resident for a dense model
   int max_inflight = 2;         // 1..1024
+  PrefetchPacing pacing = PrefetchPacing::kFifo;  // physical only: routing never sees it
   bool verify = false;
   // Never null: the given calibration, or an uninformed one (exact LRU and C = E need nothing).
   std::shared_ptr<const policy::Calibration> calibration;
@@ -57,7 +60,11 @@ struct OffloadConfig {
 // error) but the cache, the link and the calibration are no-ops. Throws steermoe::Error naming
 // the option for: both --cache and --residency, a policy that does not fit the model or the
 // cache, a calibration of another shape, a cache-aware policy below C = E without a
-// calibration, a bad --link, max_inflight outside 1..1024.
+// calibration, a bad --link, max_inflight outside 1..1024, an unknown --prefetch-pacing.
 OffloadConfig resolve_offload(const OffloadRequest& request, const ModelFacts& model);
+
+// "fifo" | "defer" | "demand" (Error naming --prefetch-pacing otherwise), and back.
+PrefetchPacing parse_pacing(const std::string& text);
+const char* pacing_name(PrefetchPacing pacing);
 
 }  // namespace steermoe::schedule

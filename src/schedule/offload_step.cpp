@@ -25,7 +25,8 @@ OffloadStep::OffloadStep(const policy::RouterSpec& spec, const policy::PolicyCon
                                                             .experts = spec.experts,
                                                             .slots = params.cache_slots,
                                                             .max_inflight = params.max_inflight,
-                                                            .expert_bytes = params.expert_bytes},
+                                                            .expert_bytes = params.expert_bytes,
+                                                            .pacing = params.pacing},
                                             *link_);
     slot_experts_.resize(static_cast<size_t>(spec.layers) * params.cache_slots);
   }

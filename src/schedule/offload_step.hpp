@@ -46,6 +46,7 @@ struct OffloadParams {
   int max_inflight = 2;      // prefetch copies in flight at a layer boundary (>= 1)
   int64_t expert_bytes = 0;  // bytes of one expert copy (accounting)
   int max_positions = 1;     // largest block run_layer_major is given
+  PrefetchPacing pacing = PrefetchPacing::kFifo;  // when pending prefetches are copied
 };
 
 // Link-clock times of one MoE layer's events in the last token (seconds; the link's origin).

@@ -119,34 +119,37 @@ int TransferScheduler::unfinished_prefetches() {
   return static_cast<int>(inflight_size_);
 }
 
-void TransferScheduler::pending_append(int slot_index) {
+void TransferScheduler::pending_append(int slot_index, List list) {
   PendingNode& node = pending_[slot_index];
   SM_ASSERT(!node.live);
+  const int64_t sequence = node.sequence > 0 ? node.sequence : ++pending_sequence_;
   node.live = true;
-  node.sequence = ++pending_sequence_;
-  node.prev = pending_tail_;
+  node.list = list;
+  node.sequence = sequence;
+  node.prev = pending_tail_[list];
   node.next = -1;
-  if (pending_tail_ >= 0) {
-    pending_[pending_tail_].next = slot_index;
+  if (pending_tail_[list] >= 0) {
+    pending_[pending_tail_[list]].next = slot_index;
   } else {
-    pending_head_ = slot_index;
+    pending_head_[list] = slot_index;
   }
-  pending_tail_ = slot_index;
+  pending_tail_[list] = slot_index;
   ++pending_count_;
 }
 
 void TransferScheduler::pending_remove(int slot_index) {
   PendingNode& node = pending_[slot_index];
   SM_ASSERT(node.live);
+  const List list = static_cast<List>(node.list);
   if (node.prev >= 0) {
     pending_[node.prev].next = node.next;
   } else {
-    pending_head_ = node.next;
+    pending_head_[list] = node.next;
   }
   if (node.next >= 0) {
     pending_[node.next].prev = node.prev;
   } else {
-    pending_tail_ = node.prev;
+    pending_tail_[list] = node.prev;
   }
   node = PendingNode{};
   --pending_count_;
@@ -167,9 +170,11 @@ void TransferScheduler::reassign(int slot_index, int expert) {
 double TransferScheduler::begin_request(std::span<const int32_t> slot_experts) {
   SM_ASSERT(slot_experts.size() == logical_expert_.size());
   SM_ASSERT(host_layer_ < 0);
-  while (pending_head_ >= 0) {
-    pending_remove(pending_head_);
-    ++totals_.prefetch_dropped_reset;
+  for (const List list : {kWaiting, kDeferred}) {
+    while (pending_head_[list] >= 0) {
+      pending_remove(pending_head_[list]);
+      ++totals_.prefetch_dropped_reset;
+    }
   }
   std::fill(record_count_.begin(), record_count_.end(), 0);
   token_ = TokenStats{};
@@ -276,6 +281,7 @@ void TransferScheduler::end_host(int layer, std::span<const int32_t> selected,
       ++totals_.layer_in_time[layer];
     }
   }
+  if (config_.pacing != PrefetchPacing::kFifo) defer_unused(layer);
   record_count_[layer] = 0;
   totals_.layer_demand[layer] += static_cast<int64_t>(demand.size());
   for (const int slot : selected_slot) selected_flag_[slot] = 0;
@@ -289,7 +295,7 @@ void TransferScheduler::end_host(int layer, std::span<const int32_t> selected,
       SM_ASSERT(copy.slot >= 0 && copy.slot < config_.slots);
       const int g = static_cast<int>(next_base) + copy.slot;
       reassign(g, copy.expert);
-      pending_append(g);
+      pending_append(g, kWaiting);
       records_[next_base + record_count_[next]++] = {copy.slot, generation_[g]};
     }
     token_.prefetch_emitted += static_cast<int32_t>(next_prefetch.size());
@@ -299,10 +305,36 @@ void TransferScheduler::end_host(int layer, std::span<const int32_t> selected,
   pump_pending();
 }
 
+void TransferScheduler::defer_unused(int layer) {
+  // This token's prefetches for `layer` that S did not select and that are still waiting: no
+  // copy is needed for them now (the policy may select them at a later token, and then they go
+  // out at once as forced prefetches).
+  const size_t base = static_cast<size_t>(layer) * config_.slots;
+  for (int i = 0; i < record_count_[layer]; ++i) {
+    const PrefetchRecord& record = records_[base + i];
+    const int g = static_cast<int>(base) + record.slot;
+    PendingNode& node = pending_[g];
+    if (!node.live || node.list != kWaiting || generation_[g] != record.generation) continue;
+    const int64_t sequence = node.sequence;
+    pending_remove(g);
+    pending_[g].sequence = sequence;  // keeps its place in arrival order
+    pending_append(g, kDeferred);
+    ++token_.prefetch_deferred;
+  }
+}
+
 void TransferScheduler::pump_pending() {
   // Stale entries never reach here (reassign drops them), so every entry is a live copy.
-  while (pending_head_ >= 0 && unfinished_prefetches() < config_.max_inflight) {
-    const int g = pending_head_;
+  while (pending_head_[kWaiting] >= 0 && unfinished_prefetches() < config_.max_inflight) {
+    const int g = pending_head_[kWaiting];
+    pending_remove(g);
+    enqueue_copy(g, CopyKind::kPrefetch);
+  }
+  // Deferred ones only when nothing else waits (pacing defer): a FIFO link would make every
+  // later copy of this token wait behind them.
+  if (config_.pacing != PrefetchPacing::kDefer || pending_head_[kWaiting] >= 0) return;
+  while (pending_head_[kDeferred] >= 0 && unfinished_prefetches() < config_.max_inflight) {
+    const int g = pending_head_[kDeferred];
     pending_remove(g);
     enqueue_copy(g, CopyKind::kPrefetch);
   }
@@ -363,6 +395,7 @@ const TokenStats& TransferScheduler::end_token() {
   totals_.prefetch_late += token_.prefetch_late;
   totals_.prefetch_unused += token_.prefetch_unused;
   totals_.prefetch_dropped += token_.prefetch_dropped;
+  totals_.prefetch_deferred += token_.prefetch_deferred;
   totals_.stall += token_.stall;
   totals_.stall_on_demand += token_.stall_on_demand;
   totals_.stall_on_prefetch += token_.stall_on_prefetch;

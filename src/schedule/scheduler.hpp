@@ -27,12 +27,26 @@
 
 namespace steermoe::schedule {
 
+// When a pending prefetch is copied (physical only: routing never sees it).
+enum class PrefetchPacing : uint8_t {
+  // Pending prefetches go out in arrival order at layer boundaries, up to max_inflight (the
+  // policy contract's rule; the paper's engine).
+  kFifo,
+  // A prefetch still pending when H of its layer shows its expert was not selected is deferred:
+  // copied only when no other prefetch waits (or at once when a later selection needs it). On a
+  // bandwidth-bound link a FIFO queue makes every later copy wait behind it.
+  kDefer,
+  // Such a prefetch is copied only when a later selection needs it (never in the background).
+  kDemand,
+};
+
 struct SchedulerConfig {
   int layers = 0;            // L: MoE layers
   int experts = 0;           // E: experts per layer
   int slots = 0;             // C: cache slots per layer
   int max_inflight = 2;      // enqueued, unfinished prefetches allowed at a layer boundary (>= 1)
   int64_t expert_bytes = 0;  // bytes of one expert copy
+  PrefetchPacing pacing = PrefetchPacing::kFifo;
 };
 
 // What kind of copy last wrote a slot (used to attribute stalls).
@@ -52,13 +66,14 @@ struct TokenStats {
   int32_t prefetch_in_time = 0;
   int32_t prefetch_late = 0;
   int32_t prefetch_unused = 0;
-  int32_t prefetch_dropped = 0;  // pending prefetches dropped as stale during this token
-  double stall = 0;              // waits before M(l), all layers
-  double stall_on_demand = 0;    // ... of which waiting on demand copies
-  double stall_on_prefetch = 0;  // ... on prefetch copies (late prefetches)
-  double stall_on_other = 0;     // ... on warm-up copies still in flight
-  double host = 0;               // H(l) time, all layers
-  int64_t bytes = 0;             // bytes enqueued during this token
+  int32_t prefetch_dropped = 0;   // pending prefetches dropped as stale during this token
+  int32_t prefetch_deferred = 0;  // pending prefetches found unused at their layer and deferred
+  double stall = 0;               // waits before M(l), all layers
+  double stall_on_demand = 0;     // ... of which waiting on demand copies
+  double stall_on_prefetch = 0;   // ... on prefetch copies (late prefetches)
+  double stall_on_other = 0;      // ... on warm-up copies still in flight
+  double host = 0;                // H(l) time, all layers
+  int64_t bytes = 0;              // bytes enqueued during this token
   int32_t copies() const { return demand + prefetch_enqueued; }
 };
 
@@ -76,6 +91,7 @@ struct RunTotals {
   int64_t prefetch_unused = 0;
   int64_t prefetch_dropped = 0;        // dropped as stale (slot reassigned before enqueue)
   int64_t prefetch_dropped_reset = 0;  // still pending when a new request reset the cache
+  int64_t prefetch_deferred = 0;       // deferred (pacing defer / demand)
   double stall = 0, stall_on_demand = 0, stall_on_prefetch = 0, stall_on_other = 0;
   double host = 0;
   int64_t bytes = 0;
@@ -136,8 +152,12 @@ class TransferScheduler {
  private:
   // One pending prefetch; at most one per slot (a newer insertion into the slot makes the
   // older one stale, so it is dropped at once: the outcome the spec's drop-at-enqueue gives).
+  // It is on one of two lists, each in arrival order: waiting (to go out at the next layer
+  // boundary) or deferred (found unused at its layer; pacing defer / demand).
+  enum List : uint8_t { kWaiting = 0, kDeferred = 1 };
   struct PendingNode {
     bool live = false;
+    uint8_t list = kWaiting;
     int32_t prev = -1, next = -1;  // doubly linked list in arrival order, by slot index
     int64_t sequence = 0;          // arrival order
   };
@@ -149,8 +169,9 @@ class TransferScheduler {
 
   int index(int layer, int slot) const { return layer * config_.slots + slot; }
   void reassign(int slot_index, int expert);  // a logical insertion into a slot
-  void pending_append(int slot_index);
+  void pending_append(int slot_index, List list);
   void pending_remove(int slot_index);
+  void defer_unused(int layer);
   void enqueue_copy(int slot_index, CopyKind kind);
   void pump_pending();
   void set_physical(int slot_index, int expert);
@@ -168,8 +189,8 @@ class TransferScheduler {
   std::vector<uint16_t> issued_count_;
   std::vector<uint8_t> issued_mask_;
   // Pending list.
-  int32_t pending_head_ = -1, pending_tail_ = -1;
-  int pending_count_ = 0;
+  int32_t pending_head_[2] = {-1, -1}, pending_tail_[2] = {-1, -1};  // by List
+  int pending_count_ = 0;                                            // both lists
   int64_t pending_sequence_ = 0;
   uint64_t next_generation_ = 0;
   // Tickets of enqueued prefetch copies not known to be complete (FIFO: ascending). A ring that

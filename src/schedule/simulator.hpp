@@ -49,6 +49,7 @@ struct LayerEvent : LayerTiming {
 struct SimOptions {
   int cache_slots = 0;  // C
   int max_inflight = 2;
+  PrefetchPacing pacing = PrefetchPacing::kFifo;
   bool keep_decisions = false;  // keep S of every (step, layer) in SimResult::decisions
   bool keep_events = false;     // keep LayerEvent per (step, layer) and the link's copy log
 };

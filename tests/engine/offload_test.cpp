@@ -95,7 +95,9 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
       int max_inflight;
       int threads;
       double delay_s;
+      schedule::PrefetchPacing pacing = schedule::PrefetchPacing::kFifo;
     };
+    using schedule::PrefetchPacing;
     const std::vector<Variant> variants = {{"disk", 2, 1, 0},
                                            {"disk", 1, 2, 0},
                                            {"emulated:50", 4, 1, 0},
@@ -103,12 +105,17 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
                                            {"emulated:20,5", 2, 2, 200e-6},
                                            {"sim:rtx4090-olmoe", 1, 1, 0},
                                            {"sim:rtx4090-olmoe", 4, 1, 0},
-                                           {"sim:cpu-disk-olmoe", 2, 1, 0}};
+                                           {"sim:cpu-disk-olmoe", 2, 1, 0},
+                                           {"disk", 2, 1, 0, PrefetchPacing::kDefer},
+                                           {"emulated:0.5,30", 1, 1, 0, PrefetchPacing::kDemand},
+                                           {"sim:cpu-disk-olmoe", 2, 1, 0, PrefetchPacing::kDefer}};
     for (const Variant& v : variants) {
       SCOPED_TRACE(v.link + " max_inflight " + std::to_string(v.max_inflight) + " threads " +
-                   std::to_string(v.threads) + " delay " + std::to_string(v.delay_s));
+                   std::to_string(v.threads) + " delay " + std::to_string(v.delay_s) + " pacing " +
+                   schedule::pacing_name(v.pacing));
       EngineParams p = params(policy, 32, v.link);
       p.offload.max_inflight = v.max_inflight;
+      p.offload.pacing = v.pacing;
       p.threads = v.threads;
       p.test_copy_delay_max_s = v.delay_s;
       const Outcome got = run(*model_, p);
