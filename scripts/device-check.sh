@@ -5,9 +5,9 @@
 # made here) on the CUDA backend at 100%, 50% and 25% expert residency for four policies.
 # Prints one JSON object and a short table last. Budget: under 8 minutes including the build.
 #
-# Status: written without a GPU; it has never been run (see README "GPU (CUDA)").
+# Status: written without a GPU; it has never been run (see docs/gpu.md).
 #
-# Choices (documented in the README):
+# Choices (documented in docs/gpu.md):
 # - Policies other than exact LRU need a calibration below 100% residency, and random weights
 #   have none: the script records an exact-routing trace of the made model on data/text/
 #   heldout.txt (256 tokens, on the GPU) and runs `calibrate` on it (/tmp/olmoe.smcal, found

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The offloading figures of the README: bench (latency protocol) and kl on the shipped model,
-# disk and emulated links, 50% and 25% residency, every baseline side by side in one run per
-# (link, residency). Usage: bench/offload/figures.sh [BUILD_DIR] [OUT_DIR]
+# The offloading figures of docs/figures.md ("Offloaded decoding"): bench (latency protocol) and
+# kl on the shipped model, disk and emulated links, 50% and 25% residency, every baseline side by
+# side in one run per (link, residency). Usage: bench/offload/figures.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:-build}

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """HF transformers harness against the engine on the shipped model (not run by CI: it needs
-PyPI's torch and transformers; README "Python and HF transformers" has the command and output).
+PyPI's torch and transformers; docs/evaluation.md, "Python module and HF transformers", has the
+command and output).
 
 For N windows of W tokens of a text, under one policy and cache size:
   * decisions: the engine's (steermoe trace under the policy, then steermoe replay of that

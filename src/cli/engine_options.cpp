@@ -16,7 +16,8 @@ namespace fs = std::filesystem;
 
 void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
   if (with_policy)
-    cmd->add_option("--policy", o.policy, "Routing policy string (README: Policy strings)")
+    cmd->add_option("--policy", o.policy,
+                    "Routing policy string (docs/commands.md: Policy strings)")
         ->capture_default_str();
   cmd->add_option("--cache", o.cache,
                   "Expert-cache slots per MoE layer (0: from --residency, else every expert)")

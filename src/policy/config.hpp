@@ -1,5 +1,5 @@
 // Configuration of a routing policy and of the model's router, plus the policy-string parser.
-// The grammar and every default are documented in README.md ("Policy strings").
+// The grammar and every default are documented in docs/commands.md ("Policy strings").
 #pragma once
 
 #include <cstdint>

@@ -42,8 +42,9 @@ def parse_policy(policy):
     return name, keys
 
 
-# Defaults of every policy key (README "Policy strings"); a key at its default is dropped so that
-# "psr:lambda=0.30,n=1" and the canonical "psr:lambda=0.3,n=1,evict=a" name one configuration.
+# Defaults of every policy key (docs/commands.md, "Policy strings"); a key at its default is
+# dropped so that "psr:lambda=0.30,n=1" and the canonical "psr:lambda=0.3,n=1,evict=a" name one
+# configuration.
 _DEFAULTS = {"exact": {"evict": "lru", "n": "0", "j": "0", "range": "fixed"},
              "cacheprior": {"evict": "lru", "n": "0", "j": "0", "range": "fixed"},
              "psr": {"evict": "a", "n": "1", "j": "0", "range": "fixed"},
