@@ -2,7 +2,9 @@
 // stdout, the raw per-round figures with --json.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -24,6 +26,8 @@
 #include "eval/bench.hpp"
 #include "eval/scores_from.hpp"
 #include "kernels/kernels.hpp"
+#include "schedule/profile.hpp"
+#include "schedule/simulator.hpp"
 #include "tokenizer/tokenizer.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/trace.hpp"
@@ -81,28 +85,261 @@ nlohmann::json machine_json(const model::Model& model, const std::optional<Memor
   return j;
 }
 
+struct BenchCli {
+  std::string model;
+  std::string file;
+  std::vector<std::string> policies{"exact:evict=lru"};
+  int rounds = 3;
+  int warmup = 1;
+  bool no_probe = false;
+  int windows = 4;
+  int window_len = 64;
+  int threads = 1;
+  int generate = 0;
+  std::string prompts;
+  bool no_floor = false;
+  bool token_ms = false;
+  std::string json;
+  std::string scores_from;
+  std::string predict;      // --predict PROFILE: the simulator's prediction beside each row
+  std::string profile_out;  // steermoe profile -o: a hardware profile from the first row
+  EngineOptions engine;
+};
+
+// The simulator's ms/token for each configuration, from the routing the bench recorded (the same
+// tokens, router and pre-gate scores, windows as sequences) and `profile`'s durations.
+std::vector<double> predict_ms(const std::vector<eval::BenchResult>& results,
+                               const std::vector<schedule::OffloadConfig>& offloads,
+                               const policy::RouterSpec& spec,
+                               const schedule::HardwareProfile& profile) {
+  std::vector<double> out;
+  for (size_t c = 0; c < results.size(); ++c) {
+    const eval::BenchResult& b = results[c];
+    if (!b.config.unavailable.empty() || b.record.steps() == 0) {
+      out.push_back(0.0);
+      continue;
+    }
+    if (b.config.resident) {  // every expert resident: the profile's compute floor
+      out.push_back(profile.resident_token_seconds(spec.layers, spec.top_k) * 1e3);
+      continue;
+    }
+    const engine::RoutingRecord& r = b.record;
+    const schedule::TraceView view{.layers = r.moe_layers,
+                                   .experts = r.experts,
+                                   .tokens = r.tokens,
+                                   .scores = r.scores,
+                                   .pregate = r.pregate,
+                                   .sequence_starts = r.sequence_starts};
+    const schedule::OffloadConfig& o = offloads[c];
+    const schedule::SimResult sim = schedule::simulate(
+        spec, o.policy, *o.calibration, profile, view,
+        {.cache_slots = o.cache_slots, .max_inflight = o.max_inflight, .pacing = o.pacing});
+    out.push_back(sim.mean_s * 1e3);
+  }
+  return out;
+}
+
+// A hardware profile measured on this machine: the link from the probe, per-layer compute from
+// the first configuration's phase times on the link clock (A(l), H(l), M(l); the rest of a
+// token's time is the head and the dense layers).
+nlohmann::json measured_profile(const eval::BenchResult& b, const engine::DiskProbe& probe,
+                                const model::ModelConfig& cfg, const std::string& name) {
+  double attention = 0, moe = 0, host = 0, stall = 0, token = 0;
+  for (const eval::BenchRound& r : b.rounds) {
+    attention += r.attention_ms;
+    moe += r.moe_ms;
+    host += r.host_ms;
+    stall += r.stall_ms;
+    token += r.link_clock_ms;
+  }
+  const double n = static_cast<double>(std::max<size_t>(b.rounds.size(), 1));
+  const double layers = cfg.moe_layer_count();
+  const double copy_s = static_cast<double>(probe.expert_bytes) / probe.bytes_per_s;
+  return {{"name", name},
+          {"description", fmt::format("measured by `steermoe profile` on {} ({}), {}; {}",
+                                      machine_facts().cpu, b.config.name, probe.mode,
+                                      "per-layer compute from the link clock's phase times")},
+          {"model",
+           {{"name", cfg.source},
+            {"layers", cfg.moe_layer_count()},
+            {"experts", cfg.experts},
+            {"top_k", cfg.top_k}}},
+          {"link",
+           {{"bandwidth_GBps", probe.bytes_per_s / 1e9},
+            {"latency_us", std::max(0.0, probe.copy_latency_s - copy_s) * 1e6}}},
+          {"expert_bytes", probe.expert_bytes},
+          {"compute_us",
+           {{"attention", attention / n / layers * 1e3},
+            {"moe_fixed", 0.0},
+            {"moe_per_expert", moe / n / layers / cfg.top_k * 1e3},
+            {"dense_per_token", 0.0},
+            {"head", std::max(0.0, (token - attention - moe - host - stall) / n) * 1e3}}},
+          {"host_policy_us", host / n / layers * 1e3}};
+}
+
+void run_bench_cli(const BenchCli& o) {
+  if (o.generate > 0 && o.prompts.empty())
+    fail("bench", "--prompts", "expected a prompts file with --generate");
+  if (o.generate == 0 && o.file.empty() && o.scores_from.empty())
+    fail("bench", "-f",
+         "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
+  const std::optional<MemoryBudget> budget = enter_memory_budget(o.engine);
+  auto model = model::Model::load(o.model);
+  require_moe_layers(o.model, model->config(), "bench");
+  const model::ModelConfig& cfg = model->config();
+  const tokenizer::Tokenizer tok = load_tokenizer_for(o.model, *model);
+  std::vector<std::vector<int32_t>> sequences;
+  int context = o.window_len;
+  std::optional<trace::Trace> score_trace;
+  std::unique_ptr<eval::TraceScores> supplied;
+  if (!o.scores_from.empty()) {
+    if (o.generate > 0) fail("bench", "--scores-from", "expected teacher forcing, not --generate");
+    score_trace.emplace(trace::Trace::open(o.scores_from));
+    if (score_trace->experts() != cfg.experts || score_trace->meta().top_k != cfg.top_k)
+      fail(o.scores_from, "experts/top_k",
+           "expected the model's {} experts, top-{}, found {}, top-{}", cfg.experts, cfg.top_k,
+           score_trace->experts(), score_trace->meta().top_k);
+    supplied = std::make_unique<eval::TraceScores>(*score_trace, cfg.moe_layer_count());
+    sequences = supplied->windows(o.windows, o.window_len);
+    for (auto& seq : sequences)
+      for (int32_t& t : seq) t %= cfg.vocab;  // the trace model's ids, embedded by this model
+  } else if (o.generate > 0) {
+    std::istringstream lines(read_text(o.prompts));
+    for (std::string line; std::getline(lines, line);) {
+      if (line.empty()) continue;
+      sequences.push_back(tok.encode(line, {.parse_special = true, .add_special = true}));
+      if (sequences.back().empty()) sequences.pop_back();
+      if (static_cast<int>(sequences.size()) >= o.windows) break;
+    }
+    if (sequences.empty()) fail(o.prompts, "prompts", "expected at least one non-empty line");
+    context = 0;
+    for (const auto& s : sequences) context = std::max(context, static_cast<int>(s.size()));
+    context += o.generate;
+  } else {
+    const std::vector<int32_t> ids = tok.encode(read_text(o.file), {.parse_special = false});
+    sequences = text_windows(ids, o.windows, o.window_len, o.file);
+  }
+  schedule::OffloadRequest request = offload_request(o.engine, *model, o.model);
+  if (supplied) {
+    // The trace model's calibration (--calib only), its layers mapped like the trace's.
+    request.calibration.reset();
+    request.calibration_source = o.engine.calib;
+    if (!o.engine.calib.empty())
+      request.calibration =
+          std::make_shared<const policy::Calibration>(eval::map_calibration_layers(
+              trace::read_calibration(o.engine.calib), cfg.moe_layer_count()));
+  }
+  const std::string& calib_path = request.calibration_source;
+  // Every configuration resolved (and so checked) before the first one runs.
+  std::vector<eval::BenchConfig> configs;
+  std::vector<schedule::OffloadConfig> offloads;
+  for (const std::string& p : o.policies) {
+    offloads.push_back(resolve_policy(request, p, *model));
+    check_fits(budget, *model, offloads.back(), context);
+    const int cache = offloads.back().cache_slots;
+    configs.push_back({.name = fmt::format("{}@{} {}", p, cache, o.engine.link),
+                       .policy = p,
+                       .cache = cache,
+                       .residency = static_cast<double>(cache) / cfg.experts,
+                       .link = o.engine.link});
+  }
+  if (!o.no_floor) {
+    configs.push_back({.name = "all experts resident",
+                       .policy = "exact:evict=lru",
+                       .cache = cfg.experts,
+                       .residency = 1.0,
+                       .link = "resident",
+                       .resident = true});
+    schedule::OffloadRequest floor = request;
+    floor.cache = cfg.experts;
+    floor.residency = 0;
+    floor.link = "resident";
+    offloads.push_back(resolve_policy(floor, "exact:evict=lru", *model));
+    // The floor computes with every weight in memory; where they do not all fit (the budget,
+    // or this machine's memory) it would measure page faults instead: say so, do not time it.
+    const engine::MemoryPlan plan =
+        engine::plan_memory(*model, offloads.back(), engine::resolve_context(cfg, context));
+    const MachineFacts machine = machine_facts();
+    const uint64_t room = budget ? budget->limit_bytes() : machine.mem_total / 10 * 9;
+    if (plan.total() > room)
+      configs.back().unavailable =
+          fmt::format("does not fit: {} > {} ({})", bytes_text(plan.total()), bytes_text(room),
+                      budget ? "--mem-limit" : "90% of this machine's memory");
+  }
+  std::optional<engine::DiskProbe> probe;
+  if (o.engine.link == "disk" && !o.no_probe) {
+    probe = engine::probe_disk_link(*model);
+    std::fprintf(stderr, "bench: disk link %s: %.2f GB/s, one expert copy (%s) %.2f ms\n",
+                 probe->mode.c_str(), probe->bytes_per_s / 1e9,
+                 bytes_text(static_cast<uint64_t>(probe->expert_bytes)).c_str(),
+                 probe->copy_latency_s * 1e3);
+  }
+  const auto make = [&](size_t index) {
+    engine::EngineParams p = engine_params(o.engine, offloads.at(index), o.threads, context);
+    p.score_source = supplied.get();
+    return std::make_unique<engine::Engine>(*model, p);
+  };
+  const auto progress = [](int64_t done, int64_t total) {
+    std::fprintf(stderr, "bench: %lld/%lld (round x configuration) done\n",
+                 static_cast<long long>(done), static_cast<long long>(total));
+  };
+  const std::vector<eval::BenchResult> results =
+      eval::run_bench(configs, make, sequences,
+                      {.rounds = o.rounds,
+                       .warmup_rounds = o.warmup,
+                       .token_ms = o.token_ms,
+                       .generate = o.generate,
+                       .before_sequence =
+                           [&](size_t i) {
+                             if (supplied) supplied->begin_window(i);
+                           },
+                       .record_routing = !o.predict.empty()},
+                      progress);
+  std::vector<double> predicted;
+  if (!o.predict.empty()) {
+    predicted =
+        predict_ms(results, offloads, engine::router_spec(cfg), schedule::load_profile(o.predict));
+    for (size_t c = 0; c < results.size(); ++c) {
+      if (predicted[c] <= 0) continue;
+      double measured = 0;
+      for (const eval::BenchRound& r : results[c].rounds) measured += r.mean_ms;
+      measured /= static_cast<double>(std::max<size_t>(results[c].rounds.size(), 1));
+      std::fprintf(stderr, "bench: %s: measured %.3f ms/token, simulated %.3f (%+.1f%%)\n",
+                   results[c].config.name.c_str(), measured, predicted[c],
+                   100.0 * (predicted[c] / measured - 1.0));
+    }
+  }
+  if (!o.profile_out.empty()) {
+    if (!probe) fail("profile", "--link", "expected --link disk (the link that is measured)");
+    write_file_atomic(o.profile_out,
+                      measured_profile(results.front(), *probe, cfg,
+                                       std::filesystem::path(o.profile_out).stem().string())
+                              .dump(2) +
+                          "\n");
+    std::fprintf(stderr, "profile: wrote %s\n", o.profile_out.c_str());
+  }
+  std::printf("%s", eval::bench_table(results).c_str());
+  std::fprintf(stderr, "bench: %s\n", memory_report(budget).c_str());
+  if (!o.json.empty()) {
+    const nlohmann::json header{
+        {"model", o.model},           {"file", o.generate > 0 ? o.prompts : o.file},
+        {"rounds", o.rounds},         {"windows", sequences.size()},
+        {"window_len", o.window_len}, {"generate", o.generate},
+        {"threads", o.threads},       {"max_inflight", o.engine.max_inflight},
+        {"calibration", calib_path},  {"scores_from", o.scores_from},
+        {"warmup_rounds", o.warmup},  {"machine", machine_json(*model, budget, probe)},
+        {"predicted_by", o.predict}};
+    nlohmann::json doc = eval::bench_json(results, header);
+    for (size_t c = 0; c < predicted.size(); ++c)
+      if (predicted[c] > 0) doc["configurations"][c]["simulated_ms_per_token"] = predicted[c];
+    write_file_atomic(o.json, doc.dump(1) + "\n");  // complete or absent
+  }
+}
+
 }  // namespace
 
 void add_bench_command(CLI::App& root) {
-  struct Options {
-    std::string model;
-    std::string file;
-    std::vector<std::string> policies{"exact:evict=lru"};
-    int rounds = 3;
-    int warmup = 1;
-    bool no_probe = false;
-    int windows = 4;
-    int window_len = 64;
-    int threads = 1;
-    int generate = 0;
-    std::string prompts;
-    bool no_floor = false;
-    bool token_ms = false;
-    std::string json;
-    std::string scores_from;
-    EngineOptions engine;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<BenchCli>();
   CLI::App* cmd = root.add_subcommand(
       "bench",
       "Latency protocol: teacher-forced decode over text windows, configurations interleaved per "
@@ -140,138 +377,50 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--scores-from", o->scores_from,
                   "Route by a trace's router and pre-gate scores (layers mapped cyclically; "
                   "tokens and windows from the trace; --calib = the trace model's calibration)");
+  cmd->add_option("--predict", o->predict,
+                  "Hardware profile (name or .json, e.g. from `steermoe profile`): the simulator "
+                  "replays each configuration's recorded routing with it and its ms/token is "
+                  "reported beside the measured one (teacher forcing only)");
+  add_engine_options(cmd, o->engine, /*with_policy=*/false);
+  cmd->final_callback([o] { run_bench_cli(*o); });
+}
+
+void add_profile_command(CLI::App& root) {
+  auto o = std::make_shared<BenchCli>();
+  o->rounds = 2;
+  o->no_floor = true;
+  CLI::App* cmd = root.add_subcommand(
+      "profile",
+      "Measure this machine as a hardware profile for `sim`: the disk link's bandwidth and "
+      "per-copy "
+      "latency (the link itself), and per-layer compute from the phase times of a teacher-forced "
+      "decode (attention + router, policy, MoE, head) under the given link and cache");
+  cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
+      ->required();
+  cmd->add_option("-o,--output", o->profile_out, "Profile to write (.json, data/profiles format)")
+      ->required();
+  cmd->add_option("-f,--file", o->file, "Text file the windows are taken from");
+  cmd->add_option("--scores-from", o->scores_from,
+                  "Route by a trace's router and pre-gate scores (as `bench --scores-from`)");
+  cmd->add_option("--policy", o->policies, "Routing policy while measuring")
+      ->expected(1)
+      ->capture_default_str();
+  cmd->add_option("--rounds", o->rounds, "Rounds measured (after one warm-up round)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--windows", o->windows, "Windows (sequences) per round")
+      ->check(CLI::Range(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--window-len", o->window_len, "Tokens per window")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  o->engine.link = "disk";
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
   cmd->final_callback([o] {
-    if (o->generate > 0 && o->prompts.empty())
-      fail("bench", "--prompts", "expected a prompts file with --generate");
-    if (o->generate == 0 && o->file.empty() && o->scores_from.empty())
-      fail("bench", "-f",
-           "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
-    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
-    auto model = model::Model::load(o->model);
-    require_moe_layers(o->model, model->config(), "bench");
-    const model::ModelConfig& cfg = model->config();
-    const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
-    std::vector<std::vector<int32_t>> sequences;
-    int context = o->window_len;
-    std::optional<trace::Trace> score_trace;
-    std::unique_ptr<eval::TraceScores> supplied;
-    if (!o->scores_from.empty()) {
-      if (o->generate > 0)
-        fail("bench", "--scores-from", "expected teacher forcing, not --generate");
-      score_trace.emplace(trace::Trace::open(o->scores_from));
-      if (score_trace->experts() != cfg.experts || score_trace->meta().top_k != cfg.top_k)
-        fail(o->scores_from, "experts/top_k",
-             "expected the model's {} experts, top-{}, found {}, top-{}", cfg.experts, cfg.top_k,
-             score_trace->experts(), score_trace->meta().top_k);
-      supplied = std::make_unique<eval::TraceScores>(*score_trace, cfg.moe_layer_count());
-      sequences = supplied->windows(o->windows, o->window_len);
-      for (auto& seq : sequences)
-        for (int32_t& t : seq) t %= cfg.vocab;  // the trace model's ids, embedded by this model
-    } else if (o->generate > 0) {
-      std::istringstream lines(read_text(o->prompts));
-      for (std::string line; std::getline(lines, line);) {
-        if (line.empty()) continue;
-        sequences.push_back(tok.encode(line, {.parse_special = true, .add_special = true}));
-        if (sequences.back().empty()) sequences.pop_back();
-        if (static_cast<int>(sequences.size()) >= o->windows) break;
-      }
-      if (sequences.empty()) fail(o->prompts, "prompts", "expected at least one non-empty line");
-      context = 0;
-      for (const auto& s : sequences) context = std::max(context, static_cast<int>(s.size()));
-      context += o->generate;
-    } else {
-      const std::vector<int32_t> ids = tok.encode(read_text(o->file), {.parse_special = false});
-      sequences = text_windows(ids, o->windows, o->window_len, o->file);
-    }
-    schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
-    if (supplied) {
-      // The trace model's calibration (--calib only), its layers mapped like the trace's.
-      request.calibration.reset();
-      request.calibration_source = o->engine.calib;
-      if (!o->engine.calib.empty())
-        request.calibration =
-            std::make_shared<const policy::Calibration>(eval::map_calibration_layers(
-                trace::read_calibration(o->engine.calib), cfg.moe_layer_count()));
-    }
-    const std::string& calib_path = request.calibration_source;
-    // Every configuration resolved (and so checked) before the first one runs.
-    std::vector<eval::BenchConfig> configs;
-    std::vector<schedule::OffloadConfig> offloads;
-    for (const std::string& p : o->policies) {
-      offloads.push_back(resolve_policy(request, p, *model));
-      check_fits(budget, *model, offloads.back(), context);
-      const int cache = offloads.back().cache_slots;
-      configs.push_back({.name = fmt::format("{}@{} {}", p, cache, o->engine.link),
-                         .policy = p,
-                         .cache = cache,
-                         .residency = static_cast<double>(cache) / cfg.experts,
-                         .link = o->engine.link});
-    }
-    if (!o->no_floor) {
-      configs.push_back({.name = "all experts resident",
-                         .policy = "exact:evict=lru",
-                         .cache = cfg.experts,
-                         .residency = 1.0,
-                         .link = "resident",
-                         .resident = true});
-      schedule::OffloadRequest floor = request;
-      floor.cache = cfg.experts;
-      floor.residency = 0;
-      floor.link = "resident";
-      offloads.push_back(resolve_policy(floor, "exact:evict=lru", *model));
-      // The floor computes with every weight in memory; where they do not all fit (the budget,
-      // or this machine's memory) it would measure page faults instead: say so, do not time it.
-      const engine::MemoryPlan plan =
-          engine::plan_memory(*model, offloads.back(), engine::resolve_context(cfg, context));
-      const MachineFacts machine = machine_facts();
-      const uint64_t room = budget ? budget->limit_bytes() : machine.mem_total / 10 * 9;
-      if (plan.total() > room)
-        configs.back().unavailable =
-            fmt::format("does not fit: {} > {} ({})", bytes_text(plan.total()), bytes_text(room),
-                        budget ? "--mem-limit" : "90% of this machine's memory");
-    }
-    std::optional<engine::DiskProbe> probe;
-    if (o->engine.link == "disk" && !o->no_probe) {
-      probe = engine::probe_disk_link(*model);
-      std::fprintf(stderr, "bench: disk link %s: %.2f GB/s, one expert copy (%s) %.2f ms\n",
-                   probe->mode.c_str(), probe->bytes_per_s / 1e9,
-                   bytes_text(static_cast<uint64_t>(probe->expert_bytes)).c_str(),
-                   probe->copy_latency_s * 1e3);
-    }
-    const auto make = [&](size_t index) {
-      engine::EngineParams p = engine_params(o->engine, offloads.at(index), o->threads, context);
-      p.score_source = supplied.get();
-      return std::make_unique<engine::Engine>(*model, p);
-    };
-    const auto progress = [](int64_t done, int64_t total) {
-      std::fprintf(stderr, "bench: %lld/%lld (round x configuration) done\n",
-                   static_cast<long long>(done), static_cast<long long>(total));
-    };
-    const std::vector<eval::BenchResult> results =
-        eval::run_bench(configs, make, sequences,
-                        {.rounds = o->rounds,
-                         .warmup_rounds = o->warmup,
-                         .token_ms = o->token_ms,
-                         .generate = o->generate,
-                         .before_sequence =
-                             [&](size_t i) {
-                               if (supplied) supplied->begin_window(i);
-                             }},
-                        progress);
-    std::printf("%s", eval::bench_table(results).c_str());
-    std::fprintf(stderr, "bench: %s\n", memory_report(budget).c_str());
-    if (!o->json.empty()) {
-      const nlohmann::json header{
-          {"model", o->model},           {"file", o->generate > 0 ? o->prompts : o->file},
-          {"rounds", o->rounds},         {"windows", sequences.size()},
-          {"window_len", o->window_len}, {"generate", o->generate},
-          {"threads", o->threads},       {"max_inflight", o->engine.max_inflight},
-          {"calibration", calib_path},   {"scores_from", o->scores_from},
-          {"warmup_rounds", o->warmup},  {"machine", machine_json(*model, budget, probe)}};
-      write_file_atomic(o->json,
-                        eval::bench_json(results, header).dump(1) + "\n");  // complete or absent
-    }
+    if (o->engine.link != "disk")
+      fail("profile", "--link", "expected disk (the link measured), found '{}'", o->engine.link);
+    run_bench_cli(*o);
   });
 }
 

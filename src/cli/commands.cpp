@@ -7,6 +7,7 @@ namespace steermoe::cli {
 void add_all_commands(CLI::App& root) {
   // One line per command file (keep alphabetical).
   add_bench_command(root);
+  add_profile_command(root);
   add_calibrate_command(root);
   add_compare_command(root);
   add_convert_command(root);

@@ -12,6 +12,7 @@ void add_all_commands(CLI::App& root);
 
 // One declaration per command file (keep alphabetical).
 void add_bench_command(CLI::App& root);
+void add_profile_command(CLI::App& root);
 void add_calibrate_command(CLI::App& root);
 void add_compare_command(CLI::App& root);
 void add_convert_command(CLI::App& root);

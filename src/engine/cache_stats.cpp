@@ -26,6 +26,8 @@ void each_field(CacheStats& a, const CacheStats& b, Op op) {
   op(a.stall_prefetch_s, b.stall_prefetch_s);
   op(a.stall_other_s, b.stall_other_s);
   op(a.host_s, b.host_s);
+  op(a.attention_s, b.attention_s);
+  op(a.moe_s, b.moe_s);
   op(a.bytes, b.bytes);
   op(a.warm_copies, b.warm_copies);
   op(a.warm_bytes, b.warm_bytes);

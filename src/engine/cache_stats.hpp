@@ -34,6 +34,8 @@ struct CacheStats {
   double stall_prefetch_s = 0;   // ... on late prefetches
   double stall_other_s = 0;      // ... on warm-up copies still in flight
   double host_s = 0;             // policy time H(l)
+  double attention_s = 0;        // A(l): from a layer's start to its H(l), all MoE layers
+  double moe_s = 0;              // M(l): from the end of the wait to the layer's end
   int64_t bytes = 0;             // bytes copied (decode)
   int64_t warm_copies = 0;       // warm-up copies at request start
   int64_t warm_bytes = 0;

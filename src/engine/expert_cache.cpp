@@ -169,6 +169,14 @@ void ExpertCache::begin_request() {
 void ExpertCache::run_token(int32_t token, schedule::LayerDriver& driver) {
   const CacheStats before = stats();
   step_->run_token(token, driver);
+  if (step_->offloaded()) {
+    // The link clock's phase times: what a hardware profile needs (steermoe profile).
+    for (int l = 0; l < step_->router().spec().layers; ++l) {
+      const schedule::LayerTiming& t = step_->timing(l);
+      attention_s_ += t.host_start - t.attention_start;
+      moe_s_ += t.moe_end - t.moe_start;
+    }
+  }
   last_token_ = stats() - before;
 }
 
@@ -187,6 +195,8 @@ CacheStats ExpertCache::stats() const {
   s.replaced = c.replaced;
   s.logical_demand = c.demand;
   s.logical_prefetch = c.prefetch;
+  s.attention_s = attention_s_;
+  s.moe_s = moe_s_;
   return s;
 }
 

@@ -109,6 +109,7 @@ class ExpertCache {
   std::unique_ptr<schedule::OffloadStep> step_;  // after the link: its scheduler uses it
   CacheStats last_token_;
   CacheStats request_start_;
+  double attention_s_ = 0, moe_s_ = 0;  // A(l) and M(l) summed over layers and tokens
 };
 
 }  // namespace steermoe::engine

@@ -77,6 +77,9 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
     r.stall_prefetch_ms = sum.stall_prefetch_s * 1e3 / st;
     r.stall_other_ms = sum.stall_other_s * 1e3 / st;
     r.host_ms = sum.host_s * 1e3 / st;
+    r.attention_ms = sum.attention_s * 1e3 / st;
+    r.moe_ms = sum.moe_s * 1e3 / st;
+    r.link_clock_ms = sum.latency_s * 1e3 / st;
     r.link_gb_per_s = total_ms > 0 ? static_cast<double>(sum.bytes) / (total_ms * 1e-3) / 1e9 : 0.0;
     if (e.expert_cache().kind() == engine::LinkKind::kSim) r.sim_mean_ms = sum.latency_s * 1e3 / st;
   } else {
@@ -111,7 +114,13 @@ std::vector<BenchResult> run_bench(
       const auto c = static_cast<size_t>(((i + round) % count + count) % count);
       if (!configs[c].unavailable.empty()) continue;
       std::unique_ptr<engine::Engine> e = make_engine(c);
+      // Recording computes pre-gate scores even where the policy needs none: done in the last
+      // warm-up round when there is one, so the timed rounds do not pay for it.
+      const bool record =
+          options.record_routing && round == (options.warmup_rounds > 0 ? -1 : 0);
+      if (record) e->set_recorder(&results[c].record);
       BenchRound r = run_round(*e, sequences, options, round);
+      if (record) e->set_recorder(nullptr);
       if (round >= 0) results[c].rounds.push_back(std::move(r));  // warm-up rounds: untimed
       if (progress) progress(++done, total);
     }
@@ -144,6 +153,7 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
             {"prefetch", r.stall_prefetch_ms},
             {"other", r.stall_other_ms}}},
           {"host_ms_per_token", r.host_ms},
+          {"compute_ms_per_token", {{"attention", r.attention_ms}, {"moe", r.moe_ms}}},
           {"link_gb_per_s", r.link_gb_per_s}};
       if (r.sim_mean_ms > 0) j["sim_ms_per_token"] = r.sim_mean_ms;
       if (!r.token_ms.empty()) j["token_ms"] = r.token_ms;

@@ -38,6 +38,10 @@ struct BenchOptions {
   int generate = 0;       // > 0: greedy generation of this many tokens per prompt
   // Called before sequence i is decoded (e.g. to point a score source at its window).
   std::function<void(size_t)> before_sequence;
+  // Keep the routing (router and pre-gate scores, decisions) of each configuration's last
+  // warm-up round (or first round) in BenchResult::record: what the simulator replays to predict
+  // the figures (routing is the same in every round).
+  bool record_routing = false;
 };
 
 struct BenchRound {
@@ -51,6 +55,8 @@ struct BenchRound {
   double in_time = 0, late = 0, unused = 0, dropped = 0;
   double stall_ms = 0, stall_demand_ms = 0, stall_prefetch_ms = 0, stall_other_ms = 0;
   double host_ms = 0;
+  double attention_ms = 0, moe_ms = 0;  // A(l) and M(l) summed over MoE layers (link clock)
+  double link_clock_ms = 0;             // token latency on the link's clock
   double link_gb_per_s = 0;  // bytes copied per second of decode time
   bool physical = false;     // copies above come from a link (not the logical counters)
 };
@@ -58,6 +64,7 @@ struct BenchRound {
 struct BenchResult {
   BenchConfig config;
   std::vector<BenchRound> rounds;
+  engine::RoutingRecord record;  // with BenchOptions::record_routing: the first timed round's
 };
 
 // `make_engine(i)` builds a fresh engine for configuration `configs[i]` (never called for an
