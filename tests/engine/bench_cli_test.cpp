@@ -1,0 +1,156 @@
+// `steermoe bench` and `steermoe profile` as the built binary, and the memory plan behind
+// --mem-limit: the simulator's prediction replays exactly the engine's routing, the floor row is
+// refused where its weights cannot be in memory, a measured profile is one `sim` reads.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "../cli_runner.hpp"
+#include "../offload_params.hpp"
+#include "common/error.hpp"
+#include "common/memory_budget.hpp"
+#include "engine/memory_plan.hpp"
+#include "schedule/profile.hpp"
+
+namespace steermoe::engine {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::HasSubstr;
+
+const fs::path kModel = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-small";
+const fs::path kText = fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "eval.txt";
+
+fs::path temp(const std::string& name) {
+  return fs::path(::testing::TempDir()) / name;
+}
+
+json read_json(const fs::path& p) {
+  std::ifstream in(p);
+  return json::parse(in);
+}
+
+// Under `--link sim:P` the engine's own clock is the profile's; `--predict P` replays the routing
+// it recorded through the simulator with the same profile: one code path, so the two agree to
+// rounding. A prediction that replayed other routing, windows or policies would not.
+TEST(BenchCli, PredictionOnTheSimLinkIsTheEnginesSimulatedClock) {
+  const fs::path out = temp("bench_sim.json");
+  const auto r = test_support::run_cli(
+      "bench -m " + kModel.string() + " -f " + kText.string() +
+      " --policy exact:evict=lru psr:lambda=0.3,n=1 cacheprior:lambda=0.2 --cache 24 --link "
+      "sim:rtx4090-olmoe --windows 2 --window-len 24 --rounds 1 --predict rtx4090-olmoe --json " +
+      out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json doc = read_json(out);
+  EXPECT_EQ(doc.at("predicted_by"), "rtx4090-olmoe");
+  int compared = 0;
+  for (const json& c : doc.at("configurations")) {
+    if (c.at("resident").get<bool>()) continue;
+    const double simulated = c.at("simulated_ms_per_token").get<double>();
+    for (const json& round : c.at("rounds")) {
+      const double engine_clock = round.at("sim_ms_per_token").get<double>();
+      EXPECT_NEAR(simulated, engine_clock, 1e-9 * engine_clock) << c.at("name");
+      ++compared;
+    }
+  }
+  EXPECT_EQ(compared, 3);
+}
+
+TEST(BenchCli, JsonNamesTheMachineAndTheWarmUp) {
+  const fs::path out = temp("bench_machine.json");
+  const auto r = test_support::run_cli("bench -m " + kModel.string() + " -f " + kText.string() +
+                                       " --policy exact:evict=lru --cache 32 --windows 1 "
+                                       "--window-len 8 --rounds 1 --warmup 2 --json " +
+                                       out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json doc = read_json(out);
+  EXPECT_EQ(doc.at("warmup_rounds"), 2);
+  const json& m = doc.at("machine");
+  EXPECT_GT(m.at("cores").get<int>(), 0);
+  EXPECT_GT(m.at("mem_total_bytes").get<uint64_t>(), 0u);
+  EXPECT_FALSE(m.at("kernels").get<std::string>().empty());
+  const json& bytes = m.at("model_bytes");
+  EXPECT_EQ(bytes.at("weights").get<uint64_t>(),
+            bytes.at("experts").get<uint64_t>() + bytes.at("non_expert").get<uint64_t>());
+  EXPECT_GT(bytes.at("experts").get<uint64_t>(), bytes.at("non_expert").get<uint64_t>());
+  // Warm-up rounds are not reported as rounds.
+  for (const json& c : doc.at("configurations")) EXPECT_EQ(c.at("rounds").size(), 1u);
+}
+
+TEST(BenchCli, ProfileWritesAProfileThatSimReads) {
+  const fs::path out = temp("measured.json");
+  const auto r = test_support::run_cli("profile -m " + kModel.string() + " -f " + kText.string() +
+                                       " --cache 32 --windows 1 --window-len 16 "
+                                       "--rounds 1 -o " +
+                                       out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const schedule::HardwareProfile p = schedule::load_profile(out.string());
+  EXPECT_EQ(p.name, "measured");
+  EXPECT_EQ(p.layers, 8);
+  EXPECT_EQ(p.experts, 64);
+  EXPECT_GT(p.link_bandwidth_bytes_per_s, 0);
+  EXPECT_GT(p.expert_bytes, 0);
+  EXPECT_GT(p.attention_s, 0);
+  EXPECT_GT(p.moe_per_expert_s, 0);
+  EXPECT_GT(p.head_s, 0);
+  // Only the disk link is measured.
+  const auto bad = test_support::run_cli("profile -m " + kModel.string() + " -f " + kText.string() +
+                                         " --link resident -o " + out.string());
+  EXPECT_NE(bad.status, 0);
+  EXPECT_THAT(bad.output, HasSubstr("--link"));
+}
+
+TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {
+  const auto m = model::Model::load(kModel);
+  const auto disk = test_support::offload_params(*m, "exact:evict=lru", 16, "disk").offload;
+  const MemoryPlan plan = plan_memory(*m, disk, 256);
+  EXPECT_EQ(plan.weight_bytes, plan.expert_bytes + plan.non_expert_bytes);
+  EXPECT_EQ(plan.in_place_bytes, 0u);  // disk: experts live in the slots only
+  EXPECT_EQ(plan.slot_bytes, plan.slot_bytes_per_c * 16);
+  EXPECT_GT(plan.kv_bytes, 0u);
+  EXPECT_NO_THROW(check_memory_budget(plan, disk, plan.total(), 8, 64));
+  // One slot per layer short: the message names the parts and the cache that fits (15).
+  try {
+    check_memory_budget(plan, disk, plan.total() - plan.slot_bytes_per_c, 8, 64);
+    FAIL() << "accepted a budget one slot per layer short";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("--mem-limit"));
+    EXPECT_THAT(e.what(), HasSubstr("--cache 15"));
+    EXPECT_THAT(e.what(), HasSubstr("slots"));
+  }
+  // Resident: every expert counts, and no cache size helps.
+  const auto resident = test_support::offload_params(*m, "exact:evict=lru", 64).offload;
+  const MemoryPlan all = plan_memory(*m, resident, 256);
+  EXPECT_EQ(all.in_place_bytes, all.expert_bytes);
+  EXPECT_THROW(check_memory_budget(all, resident, all.total() - 1, 8, 64), Error);
+}
+
+TEST(MemoryBudget, ByteCountsAndTheCgroup) {
+  EXPECT_EQ(parse_byte_count("3G", "--mem-limit"), uint64_t{3} << 30);
+  EXPECT_EQ(parse_byte_count("800MB", "--mem-limit"), 800'000'000u);
+  EXPECT_EQ(parse_byte_count("2.5GiB", "--mem-limit"), uint64_t{5} << 29);
+  EXPECT_EQ(parse_byte_count("4096", "--mem-limit"), 4096u);
+  for (const char* bad : {"", "G", "-1G", "3X", "0", "1e30"})
+    EXPECT_THROW(parse_byte_count(bad, "--mem-limit"), Error) << bad;
+  // The cgroup itself needs write access to this process's cgroup folder (root here; a user
+  // without it is told how to set the budget from outside).
+  try {
+    const MemoryBudget b = MemoryBudget::enter(uint64_t{512} << 20);
+    EXPECT_EQ(b.limit_bytes(), uint64_t{512} << 20);
+    EXPECT_TRUE(fs::exists(b.path()));
+    const auto usage = b.usage_bytes();
+    ASSERT_TRUE(usage.has_value());
+    EXPECT_LT(*usage, uint64_t{512} << 20);
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no writable memory cgroup here: " << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace steermoe::engine
