@@ -97,6 +97,16 @@ void Engine::reset() {
   cache_->begin_request();
 }
 
+void Engine::rollback(int position) {
+  if (position < 0 || position > pos_)
+    fail("engine", "rollback", "expected a position in [0, {}], found {}", pos_, position);
+  if (cfg_.linear_layer_count() > 0 && position < pos_)
+    fail(cfg_.source, "rollback",
+         "expected a model without recurrent (Gated DeltaNet) layers: their state cannot be "
+         "rewound to an earlier position");
+  pos_ = position;
+}
+
 void Engine::set_recorder(RoutingRecord* record) {
   record_ = record;
   want_pregate_ = cache_->prefetches() || record != nullptr;

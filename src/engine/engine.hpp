@@ -98,6 +98,12 @@ class Engine : private schedule::LayerDriver {
   // returned (valid until the next call) either way.
   std::span<const float> prefill(std::span<const int32_t> tokens, std::span<float> all_logits = {});
 
+  // Forgets every position from `position` on (speculative decoding: drafts the target rejected):
+  // the next token goes to `position`. The KV cache needs no clearing (attention reads only
+  // positions below the current one). Throws steermoe::Error for a model with recurrent layers
+  // (Gated DeltaNet state cannot be rewound) or a position beyond the current one.
+  void rollback(int position);
+
   // Records router scores and decisions of every token from now on (nullptr stops).
   void set_recorder(RoutingRecord* record);
 

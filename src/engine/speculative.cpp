@@ -1,0 +1,197 @@
+#include "engine/speculative.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "common/error.hpp"
+
+namespace steermoe::engine {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// Inverse-CDF draw from unnormalised weights (ties to the lower id); -1 when all are zero.
+int32_t draw(std::span<const float> weights, double total, double u) {
+  if (!(total > 0)) return -1;
+  const double target = u * total;
+  double sum = 0;
+  int32_t last_positive = -1;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] <= 0) continue;
+    sum += weights[i];
+    last_positive = static_cast<int32_t>(i);
+    if (target < sum) return last_positive;
+  }
+  return last_positive;  // rounding at the top end
+}
+
+}  // namespace
+
+bool accept_draft(std::span<const float> p, std::span<const float> q, int32_t token, double u) {
+  const auto t = static_cast<size_t>(token);
+  SM_ASSERT(t < p.size() && p.size() == q.size());
+  // A draft the drafter could not have produced (q = 0) is never accepted.
+  if (!(q[t] > 0)) return false;
+  return u < std::min(1.0, static_cast<double>(p[t]) / static_cast<double>(q[t]));
+}
+
+int32_t sample_residual(std::span<const float> p, std::span<const float> q, double u) {
+  SM_ASSERT(p.size() == q.size());
+  double total = 0;
+  for (size_t i = 0; i < p.size(); ++i) total += std::max(0.0f, p[i] - q[i]);
+  if (total > 0) {
+    const double target = u * total;
+    double sum = 0;
+    int32_t last_positive = -1;
+    for (size_t i = 0; i < p.size(); ++i) {
+      const float r = std::max(0.0f, p[i] - q[i]);
+      if (r <= 0) continue;
+      sum += r;
+      last_positive = static_cast<int32_t>(i);
+      if (target < sum) return last_positive;
+    }
+    return last_positive;
+  }
+  // p == q: the draft was rejected only by rounding; p itself is the distribution.
+  double p_total = 0;
+  for (const float x : p) p_total += x;
+  return draw(p, p_total, u);
+}
+
+SpeculativeDecoder::SpeculativeDecoder(Engine& target, Engine& drafter, const SpecParams& params)
+    : target_(target), drafter_(drafter), params_(params), rng_(params.seed) {
+  if (params.draft_k < 1 || params.draft_k > 64)
+    fail("speculative", "--draft-k", "expected 1..64, found {}", params.draft_k);
+  if (!(params.temperature >= 0))
+    fail("speculative", "--temp", "expected >= 0, found {}", params.temperature);
+  const model::ModelConfig& t = target.config();
+  const model::ModelConfig& d = drafter.config();
+  if (t.vocab != d.vocab)
+    fail(d.source, "vocab",
+         "expected the target's vocabulary of {} tokens ({}) for a drafter, found {}", t.vocab,
+         t.source, d.vocab);
+  for (const model::ModelConfig* c : {&t, &d})
+    if (c->linear_layer_count() > 0)
+      fail(c->source, "speculative decoding",
+           "expected a model without recurrent (Gated DeltaNet) layers: rejected drafts must be "
+           "rolled back");
+  const auto V = static_cast<size_t>(t.vocab);
+  const auto k = static_cast<size_t>(params.draft_k);
+  block_.resize(k + 1);
+  logits_.resize((k + 1) * V);
+  draft_probs_.resize(k * V);
+  p_.resize(V);
+  stats_.reached.assign(k, 0);
+  stats_.accepted.assign(k, 0);
+}
+
+void SpeculativeDecoder::probabilities(std::span<const float> logits,
+                                       std::vector<float>& out) const {
+  // softmax(logits / T) in double for the normaliser, float out.
+  const float max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    const double e = std::exp((static_cast<double>(logits[i]) - max) / params_.temperature);
+    out[i] = static_cast<float>(e);
+    sum += e;
+  }
+  for (float& x : out) x = static_cast<float>(x / sum);
+}
+
+int32_t SpeculativeDecoder::pick(std::span<const float> logits) {
+  if (params_.temperature == 0) return argmax(logits);
+  probabilities(logits, p_);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  return draw(p_, 1.0, uniform(rng_));
+}
+
+int32_t SpeculativeDecoder::begin(std::span<const int32_t> prompt) {
+  if (prompt.empty()) fail("speculative", "prompt", "expected at least one token");
+  target_.reset();
+  drafter_.reset();
+  const std::span<const float> logits = target_.prefill(prompt);
+  last_ = pick(logits);
+  drafter_.prefill(prompt);  // its next input is last_, like the target's
+  return last_;
+}
+
+int SpeculativeDecoder::step(std::vector<int32_t>& out) {
+  const int n = target_.position();
+  SM_ASSERT_MSG(drafter_.position() == n, "drafter and target out of step");
+  const int room = std::min(target_.context(), drafter_.context()) - n - 1;
+  if (room < 0) fail("speculative", "context", "the context of {} positions is full", n);
+  const int k = std::min(params_.draft_k, room);
+  const auto V = static_cast<size_t>(target_.config().vocab);
+  const bool greedy = params_.temperature == 0;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+
+  // Draft k tokens (the drafter feeds last_, d1 .. d(k-1)).
+  const auto t0 = Clock::now();
+  block_[0] = last_;
+  for (int i = 0; i < k; ++i) {
+    const std::span<const float> dl = drafter_.decode(block_[static_cast<size_t>(i)]);
+    int32_t d = 0;
+    if (greedy) {
+      d = argmax(dl);
+    } else {
+      std::vector<float>& q = p_;
+      probabilities(dl, q);
+      std::copy(q.begin(), q.end(), draft_probs_.begin() + static_cast<ptrdiff_t>(i * V));
+      d = draw(q, 1.0, uniform(rng_));
+    }
+    block_[static_cast<size_t>(i) + 1] = d;
+  }
+  stats_.drafted += k;
+  stats_.draft_s += seconds_since(t0);
+
+  // Verify the k+1 positions in one call; logits_ row i predicts the token after block_[i].
+  const auto t1 = Clock::now();
+  const std::span<const int32_t> block(block_.data(), static_cast<size_t>(k) + 1);
+  target_.prefill(block, std::span<float>(logits_.data(), (static_cast<size_t>(k) + 1) * V));
+  int a = 0;
+  int32_t next = 0;
+  for (;; ++a) {
+    const std::span<const float> row(&logits_[static_cast<size_t>(a) * V], V);
+    if (a == k) {  // every draft accepted: the target's own next token
+      next = pick(row);
+      break;
+    }
+    ++stats_.reached[static_cast<size_t>(a)];
+    const int32_t draft = block_[static_cast<size_t>(a) + 1];
+    if (greedy) {
+      next = argmax(row);
+      if (next != draft) break;
+    } else {
+      probabilities(row, p_);
+      const std::span<const float> q(&draft_probs_[static_cast<size_t>(a) * V], V);
+      if (!accept_draft(p_, q, draft, uniform(rng_))) {
+        next = sample_residual(p_, q, uniform(rng_));
+        break;
+      }
+    }
+    ++stats_.accepted[static_cast<size_t>(a)];
+  }
+  stats_.verify_s += seconds_since(t1);
+
+  // Commit d1 .. da and the target's token; both engines forget the rejected positions.
+  for (int i = 1; i <= a; ++i) out.push_back(block_[static_cast<size_t>(i)]);
+  out.push_back(next);
+  target_.rollback(n + a + 1);
+  if (a < k) {
+    drafter_.rollback(n + a + 1);
+  } else {
+    drafter_.decode(block_[static_cast<size_t>(k)]);  // its last draft, never fed
+  }
+  last_ = next;
+  ++stats_.verifications;
+  stats_.committed += a + 1;
+  return a + 1;
+}
+
+}  // namespace steermoe::engine

@@ -1,0 +1,85 @@
+// Speculative decoding (the paper's section 7): a drafter proposes k tokens, the target verifies
+// them at k+1 positions in one forward call, the longest accepted prefix and one token of the
+// target's own are committed, and both engines roll their KV caches back to the committed
+// history. Greedy verification commits exactly the target's greedy tokens; with a temperature,
+// standard speculative sampling (accept a draft with probability min(1, p/q), else sample the
+// normalised residual max(0, p - q)) keeps the target's sampling distribution.
+//
+// Verification routes every position through the target's own policy and logical cache, in the
+// order a batched prefill routes (layer-major, each position after the ones before it); with
+// every expert resident it is one batched forward pass, with offloaded experts the positions go
+// through the expert cache one after another (as a prefill does).
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/engine.hpp"
+#include "engine/sampler.hpp"
+
+namespace steermoe::engine {
+
+struct SpecParams {
+  int draft_k = 4;           // drafts per verification (>= 1)
+  float temperature = 0.0f;  // 0: greedy verification; > 0: speculative sampling
+  uint64_t seed = 0;
+};
+
+// Counts over a run (per committed token: divide by committed).
+struct SpecStats {
+  int64_t verifications = 0;
+  int64_t committed = 0;             // tokens committed by verifications
+  int64_t drafted = 0;               // drafts proposed
+  std::vector<int64_t> reached;      // [k]: verifications whose draft at depth d was checked
+  std::vector<int64_t> accepted;     // [k]: ... and accepted
+  double draft_s = 0, verify_s = 0;  // wall time drafting and verifying
+  // Committed tokens per verification (tau).
+  double tau() const {
+    return verifications > 0 ? static_cast<double>(committed) / verifications : 0.0;
+  }
+};
+
+// The acceptance rule of speculative sampling for one draft token: accepted with probability
+// min(1, p[token] / q[token]) given a uniform draw u in [0, 1). p, q: probabilities over the
+// vocabulary (target, drafter).
+bool accept_draft(std::span<const float> p, std::span<const float> q, int32_t token, double u);
+// The token drawn from the residual distribution norm(max(0, p - q)) by a uniform draw u in
+// [0, 1) (inverse CDF, ties to the lower id); from p itself when the residual is all zero.
+int32_t sample_residual(std::span<const float> p, std::span<const float> q, double u);
+
+class SpeculativeDecoder {
+ public:
+  // Both engines must share the vocabulary and outlive this. Throws steermoe::Error naming both
+  // models when the vocabularies differ, and for models whose state cannot be rewound.
+  SpeculativeDecoder(Engine& target, Engine& drafter, const SpecParams& params);
+
+  // A new sequence: both engines reset and take `prompt` (>= 1 token); returns the first
+  // committed token (the target's, from the prompt's last logits).
+  int32_t begin(std::span<const int32_t> prompt);
+
+  // One verification: appends 1..k+1 committed tokens to `out` (the drafts accepted and one of
+  // the target's own) and returns how many. Fewer drafts near the end of the context.
+  int step(std::vector<int32_t>& out);
+
+  const SpecStats& stats() const { return stats_; }
+
+ private:
+  // The tokens the target has not seen yet: the last committed one (its next input).
+  int32_t pick(std::span<const float> logits);
+  void probabilities(std::span<const float> logits, std::vector<float>& out) const;
+
+  Engine& target_;
+  Engine& drafter_;
+  SpecParams params_;
+  std::mt19937_64 rng_;
+  int32_t last_ = 0;                // last committed token, not yet fed to the target
+  std::vector<int32_t> block_;      // [k+1]: last_ then the drafts
+  std::vector<float> logits_;       // [k+1][V] target logits of the block
+  std::vector<float> draft_probs_;  // [k][V] drafter probabilities of its drafts (sampling)
+  std::vector<float> p_;            // [V] scratch
+  SpecStats stats_;
+};
+
+}  // namespace steermoe::engine

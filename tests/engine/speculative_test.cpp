@@ -1,0 +1,166 @@
+// Speculative decoding on the shipped pair (steer-olmoe-small + steer-drafter-small): greedy
+// verification commits exactly the target's greedy tokens, the KV caches roll back, and the
+// acceptance rule of speculative sampling against a scalar reference and its distribution.
+#include "engine/speculative.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "../offload_params.hpp"
+#include "common/error.hpp"
+#include "engine/engine.hpp"
+#include "tokenizer/tokenizer.hpp"
+
+namespace steermoe::engine {
+namespace {
+
+namespace fs = std::filesystem;
+const fs::path kModels = fs::path(STEERMOE_SOURCE_DIR) / "models";
+const fs::path kHeldOut = fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "heldout.txt";
+
+// `count` prompts of 16 tokens each, from non-empty held-out lines.
+std::vector<std::vector<int32_t>> prompts(const tokenizer::Tokenizer& tok, size_t count) {
+  std::ifstream in(kHeldOut);
+  std::vector<std::vector<int32_t>> out;
+  for (std::string line; out.size() < count && std::getline(in, line);) {
+    std::vector<int32_t> ids = tok.encode(line, {.parse_special = false});
+    if (ids.size() < 16) continue;
+    ids.resize(16);
+    out.push_back(std::move(ids));
+  }
+  return out;
+}
+
+class SpeculativePair : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    target_ = model::Model::load(kModels / "steer-olmoe-small").release();
+    drafter_ = model::Model::load(kModels / "steer-drafter-small").release();
+    tok_ = new tokenizer::Tokenizer(tokenizer::Tokenizer::load(kModels / "steer-olmoe-small"));
+  }
+  static void TearDownTestSuite() {
+    delete target_;
+    delete drafter_;
+    delete tok_;
+  }
+  static EngineParams params(const model::Model& m) {
+    EngineParams p = test_support::offload_params(m, "exact:evict=lru", 0);
+    p.context = 128;
+    return p;
+  }
+  static std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, int n) {
+    e.reset();
+    std::vector<int32_t> out{argmax(e.prefill(prompt))};
+    while (static_cast<int>(out.size()) < n) out.push_back(argmax(e.decode(out.back())));
+    return out;
+  }
+  static model::Model* target_;
+  static model::Model* drafter_;
+  static tokenizer::Tokenizer* tok_;
+};
+model::Model* SpeculativePair::target_ = nullptr;
+model::Model* SpeculativePair::drafter_ = nullptr;
+tokenizer::Tokenizer* SpeculativePair::tok_ = nullptr;
+
+TEST_F(SpeculativePair, GreedyVerificationCommitsTheTargetsGreedyTokens) {
+  Engine ar(*target_, params(*target_));
+  Engine target(*target_, params(*target_));
+  Engine drafter(*drafter_, params(*drafter_));
+  const auto ps = prompts(*tok_, 20);
+  ASSERT_EQ(ps.size(), 20u);
+  for (const int k : {4, 7}) {
+    SpeculativeDecoder sd(target, drafter, {.draft_k = k});
+    for (size_t i = 0; i < ps.size(); ++i) {
+      SCOPED_TRACE("k " + std::to_string(k) + " prompt " + std::to_string(i));
+      const std::vector<int32_t> want = greedy(ar, ps[i], 64);
+      std::vector<int32_t> got{sd.begin(ps[i])};
+      while (got.size() < want.size()) sd.step(got);
+      got.resize(want.size());
+      ASSERT_EQ(got, want);
+    }
+    // The drafter is worth its cost: more than one token per verification.
+    EXPECT_GT(sd.stats().tau(), 1.5) << "k " << k;
+    EXPECT_EQ(sd.stats().reached[0], sd.stats().verifications);
+  }
+}
+
+TEST_F(SpeculativePair, RollbackGivesTheLogitsOfTheShorterHistory) {
+  Engine e(*target_, params(*target_));
+  const std::vector<int32_t> ids = prompts(*tok_, 1).front();
+  // Decode a wrong continuation, roll back, decode the right one: the logits of the history
+  // without the wrong tokens.
+  e.reset();
+  e.prefill(std::span<const int32_t>(ids.data(), 8));
+  const std::span<const float> direct = e.decode(ids[8]);
+  const std::vector<float> reference(direct.begin(), direct.end());
+  e.reset();
+  e.prefill(std::span<const int32_t>(ids.data(), 8));
+  for (int32_t wrong : {7, 11, 13}) e.decode(wrong);
+  e.rollback(8);
+  EXPECT_EQ(e.position(), 8);
+  const std::span<const float> again = e.decode(ids[8]);
+  EXPECT_EQ(std::vector<float>(again.begin(), again.end()), reference);
+  EXPECT_THROW(e.rollback(20), Error);
+}
+
+TEST_F(SpeculativePair, ADrafterOfAnotherVocabularyIsAClearError) {
+  Engine target(*target_, params(*target_));
+  const auto other = model::Model::load(fs::path(STEERMOE_ORACLE_DIR) / "olmoe" / "model.gguf");
+  Engine drafter(*other, test_support::offload_params(*other, "exact:evict=lru", 0));
+  try {
+    SpeculativeDecoder sd(target, drafter, {});
+    FAIL() << "accepted a drafter of another vocabulary";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), testing::HasSubstr("vocab"));
+    EXPECT_THAT(e.what(), testing::HasSubstr("steer-olmoe-small"));
+  }
+}
+
+TEST(SpeculativeSampling, AcceptanceRuleMatchesItsDefinition) {
+  const std::vector<float> p{0.1f, 0.4f, 0.5f, 0.0f};
+  const std::vector<float> q{0.2f, 0.2f, 0.5f, 0.1f};
+  // p/q = 0.5 for token 0: accepted below u = 0.5 only.
+  EXPECT_TRUE(accept_draft(p, q, 0, 0.49));
+  EXPECT_FALSE(accept_draft(p, q, 0, 0.51));
+  // p >= q: always accepted.
+  EXPECT_TRUE(accept_draft(p, q, 1, 0.999));
+  EXPECT_TRUE(accept_draft(p, q, 2, 0.999));
+  // p = 0: never.
+  EXPECT_FALSE(accept_draft(p, q, 3, 0.0));
+  // The residual max(0, p - q) = {0, 0.2, 0, 0}: always token 1.
+  for (double u : {0.0, 0.3, 0.999}) EXPECT_EQ(sample_residual(p, q, u), 1);
+}
+
+// Draft from q, accept with min(1, p/q), else resample the residual: the committed token is
+// distributed as p (the target's), whatever q is. A fixed seed; 200k draws; each probability
+// within 4 standard errors.
+TEST(SpeculativeSampling, CommittedTokensFollowTheTargetDistribution) {
+  const std::vector<float> p{0.05f, 0.30f, 0.15f, 0.40f, 0.10f};
+  const std::vector<float> q{0.30f, 0.10f, 0.30f, 0.20f, 0.10f};
+  std::mt19937_64 rng(20261202);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  std::discrete_distribution<int> draft(q.begin(), q.end());
+  constexpr int kDraws = 200000;
+  std::vector<int> counts(p.size(), 0);
+  for (int i = 0; i < kDraws; ++i) {
+    const int d = draft(rng);
+    const int token = accept_draft(p, q, d, uniform(rng)) ? d : sample_residual(p, q, uniform(rng));
+    ++counts[static_cast<size_t>(token)];
+  }
+  for (size_t t = 0; t < p.size(); ++t) {
+    const double f = static_cast<double>(counts[t]) / kDraws;
+    const double se = std::sqrt(p[t] * (1 - p[t]) / kDraws);
+    EXPECT_NEAR(f, p[t], 4 * se) << "token " << t;
+  }
+}
+
+}  // namespace
+}  // namespace steermoe::engine
