@@ -17,10 +17,10 @@ namespace steermoe::engine {
 
 // Router output of one MoE layer for n tokens, host-visible, rows [n][E].
 struct RouterScores {
-  std::span<const float> z;             // selection scores the policy ranks by
-  std::span<const float> weight_scores; // scores execution weights come from (sigmoid: unbiased)
-  std::span<const float> pregate_next;  // router of the next MoE layer on this layer's MoE input
-                                        // (empty when not asked for)
+  std::span<const float> z;              // selection scores the policy ranks by
+  std::span<const float> weight_scores;  // scores execution weights come from (sigmoid: unbiased)
+  std::span<const float> pregate_next;   // router of the next MoE layer on this layer's MoE input
+                                         // (empty when not asked for)
 };
 
 // One routed expert applied to one token: the weights (from the expert store) and its weight.

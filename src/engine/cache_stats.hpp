@@ -16,6 +16,8 @@ struct CacheStats {
   int64_t replaced = 0;          // router top-K experts replaced by the policy (|S \ exact|)
   int64_t logical_demand = 0;    // demand insertions into the logical cache
   int64_t logical_prefetch = 0;  // prefetch insertions (part 1)
+  int64_t block_positions = 0;   // speculative decoding: positions verified in blocks
+  int64_t block_copies = 0;      // ... experts the blocks needed outside the pool
 
   // Physical: links that move experts (not resident), decode tokens only; warm-up copies at
   // request start are prompt time and counted apart.

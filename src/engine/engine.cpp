@@ -151,7 +151,21 @@ std::span<const float> Engine::prefill(std::span<const int32_t> tokens,
 // One forward pass of n tokens: the expert cache's step runs the layers through this engine's
 // driver methods below. n == 1 is the decode step in the timing model's order (A(l), H(l), wait,
 // M(l)); n > 1 is a batched prefill routed layer-major.
-void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logits) {
+void Engine::verify(std::span<const int32_t> tokens, std::span<const float> alpha,
+                    std::span<float> all_logits) {
+  SM_ASSERT_MSG(verifies_in_blocks(), "verify() needs --spec-select (EngineParams::offload.block)");
+  if (alpha.size() != tokens.size() || tokens.empty() ||
+      static_cast<int>(tokens.size()) > params_.max_batch)
+    fail("engine", "verify", "expected 1..{} tokens with one weight each, found {} and {}",
+         params_.max_batch, tokens.size(), alpha.size());
+  if (all_logits.size() != tokens.size() * static_cast<size_t>(cfg_.vocab))
+    fail("engine", "verify", "logits buffer of {} floats, expected {}", all_logits.size(),
+         tokens.size() * static_cast<size_t>(cfg_.vocab));
+  forward(tokens, all_logits, alpha);
+}
+
+void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logits,
+                     std::span<const float> block_alpha) {
   const int n = static_cast<int>(tokens.size());
   SM_ASSERT(n >= 1 && n <= params_.max_batch);
   for (int32_t t : tokens) check_token(t);
@@ -176,7 +190,9 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
   next_layer_ = 0;
   all_logits_ = all_logits;
   backend_->embed(tokens);
-  if (n == 1) {
+  if (!block_alpha.empty()) {
+    cache_->run_block(tokens, block_alpha, *this);
+  } else if (n == 1) {
     cache_->run_token(tokens[0], *this);
   } else {
     cache_->run_layer_major(tokens, *this);

@@ -98,6 +98,14 @@ class Engine : private schedule::LayerDriver {
   // returned (valid until the next call) either way.
   std::span<const float> prefill(std::span<const int32_t> tokens, std::span<float> all_logits = {});
 
+  // Speculative decoding's verification: `tokens` (the last committed token, then the drafts)
+  // at positions position() .. in one forward pass, routed by the configured block rule
+  // (EngineParams::offload.block) with position weights `alpha` (alpha[0] = 1); every
+  // position's logits into `all_logits` ([n][vocab]).
+  void verify(std::span<const int32_t> tokens, std::span<const float> alpha,
+              std::span<float> all_logits);
+  bool verifies_in_blocks() const { return cache_->config().block.has_value(); }
+
   // Forgets every position from `position` on (speculative decoding: drafts the target rejected):
   // the next token goes to `position`. The KV cache needs no clearing (attention reads only
   // positions below the current one). Throws steermoe::Error for a model with recurrent layers
@@ -108,7 +116,8 @@ class Engine : private schedule::LayerDriver {
   void set_recorder(RoutingRecord* record);
 
  private:
-  void forward(std::span<const int32_t> tokens, std::span<float> all_logits);
+  void forward(std::span<const int32_t> tokens, std::span<float> all_logits,
+               std::span<const float> block_alpha = {});
   void run_dense_layers(int until);
   RouterScores supplied_scores(int moe_layer, bool want_pregate, int n);
   void record_rows(int moe_layer, int t, const policy::Decision& d, std::span<const float> pregate);

@@ -140,6 +140,7 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
                               .pacing = config_.pacing},
       link());
   if (sim_clock_ != nullptr) step_->simulate_compute(sim_clock_, &profile_);
+  if (config_.block) step_->enable_blocks(*config_.block, params.max_positions);
   // The stores that check a slot's copy before handing out its expert read the scheduler's
   // physical slot map.
   if (arena_)
@@ -180,6 +181,13 @@ void ExpertCache::run_token(int32_t token, schedule::LayerDriver& driver) {
   last_token_ = stats() - before;
 }
 
+void ExpertCache::run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
+                            schedule::LayerDriver& driver) {
+  const CacheStats before = stats();
+  step_->run_block(tokens, alpha, driver);
+  last_token_ = stats() - before;
+}
+
 void ExpertCache::run_layer_major(std::span<const int32_t> tokens, schedule::LayerDriver& driver) {
   const CacheStats before = stats();
   step_->run_layer_major(tokens, driver);
@@ -195,6 +203,8 @@ CacheStats ExpertCache::stats() const {
   s.replaced = c.replaced;
   s.logical_demand = c.demand;
   s.logical_prefetch = c.prefetch;
+  s.block_positions = c.block_positions;
+  s.block_copies = c.block_copies;
   s.attention_s = attention_s_;
   s.moe_s = moe_s_;
   return s;

@@ -71,6 +71,9 @@ class ExpertCache {
   // The step's schedules (schedule/offload_step.hpp), with this cache's link and slots.
   void run_token(int32_t token, schedule::LayerDriver& driver);
   void run_layer_major(std::span<const int32_t> tokens, schedule::LayerDriver& driver);
+  // Speculative decoding's verification block (config().block set; logical only).
+  void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
+                 schedule::LayerDriver& driver);
 
   // The weights of `expert` of MoE layer `moe_layer` (model layer `layer`) in `slot`, once the
   // step has waited for that slot's copy.

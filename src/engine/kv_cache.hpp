@@ -11,6 +11,7 @@
 // construction (decode stays allocation-free).
 #pragma once
 
+#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include <cstddef>
@@ -18,8 +19,6 @@
 #include <new>
 #include <utility>
 #include <vector>
-
-#include <fmt/format.h>
 
 #include "common/memory_limit.hpp"
 
@@ -74,9 +73,10 @@ class KvCache {
     const uint64_t per_position = saturating_mul(static_cast<uint64_t>(k_width + v_width), 4);
     const uint64_t total = saturating_mul(
         saturating_mul(cached_layers, static_cast<uint64_t>(positions)), per_position);
-    check_allocation("engine", "context (-c)", total,
-                     fmt::format("a KV cache of {} positions x {} layers", positions, cached_layers),
-                     "expected a context that fits in memory (lower -c)");
+    check_allocation(
+        "engine", "context (-c)", total,
+        fmt::format("a KV cache of {} positions x {} layers", positions, cached_layers),
+        "expected a context that fits in memory (lower -c)");
     k_.reserve(static_cast<size_t>(layers));
     v_.reserve(static_cast<size_t>(layers));
     for (int l = 0; l < layers; ++l) {

@@ -87,8 +87,31 @@ SpeculativeDecoder::SpeculativeDecoder(Engine& target, Engine& drafter, const Sp
   logits_.resize((k + 1) * V);
   draft_probs_.resize(k * V);
   p_.resize(V);
+  alpha_.resize(k + 1);
+  confidence_.resize(k);
   stats_.reached.assign(k, 0);
   stats_.accepted.assign(k, 0);
+}
+
+std::span<const float> SpeculativeDecoder::position_weights(int k) {
+  const policy::BlockRule rule = target_.expert_cache().config().block->rule;
+  alpha_[0] = 1.0f;  // the root position's token is always committed
+  double confidence = 1.0;
+  for (int d = 1; d <= k; ++d) {
+    float a = 1.0f;
+    if (rule == policy::BlockRule::kBlock) {
+      // AcceptMoE: sqrt of the commitment rate at this depth, measured on this run so far
+      // (Laplace-smoothed: a function of the token history, so deterministic).
+      const double rate = (static_cast<double>(stats_.accepted[static_cast<size_t>(d) - 1]) + 1.0) /
+                          (static_cast<double>(stats_.verifications) + 2.0);
+      a = static_cast<float>(std::sqrt(rate));
+    } else if (rule == policy::BlockRule::kBlockConf) {
+      confidence *= confidence_[static_cast<size_t>(d) - 1];
+      a = static_cast<float>(std::sqrt(confidence));
+    }
+    alpha_[static_cast<size_t>(d)] = a;
+  }
+  return {alpha_.data(), static_cast<size_t>(k) + 1};
 }
 
 void SpeculativeDecoder::probabilities(std::span<const float> logits,
@@ -139,11 +162,17 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
     int32_t d = 0;
     if (greedy) {
       d = argmax(dl);
+      // The drafter's probability of its own token (block:conf weights): softmax at T = 1.
+      const float max = dl[static_cast<size_t>(d)];
+      double sum = 0;
+      for (const float x : dl) sum += std::exp(static_cast<double>(x) - max);
+      confidence_[static_cast<size_t>(i)] = static_cast<float>(1.0 / sum);
     } else {
       std::vector<float>& q = p_;
       probabilities(dl, q);
       std::copy(q.begin(), q.end(), draft_probs_.begin() + static_cast<ptrdiff_t>(i * V));
       d = draw(q, 1.0, uniform(rng_));
+      confidence_[static_cast<size_t>(i)] = q[static_cast<size_t>(d)];
     }
     block_[static_cast<size_t>(i) + 1] = d;
   }
@@ -153,7 +182,14 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
   // Verify the k+1 positions in one call; logits_ row i predicts the token after block_[i].
   const auto t1 = Clock::now();
   const std::span<const int32_t> block(block_.data(), static_cast<size_t>(k) + 1);
-  target_.prefill(block, std::span<float>(logits_.data(), (static_cast<size_t>(k) + 1) * V));
+  const std::span<float> logits(logits_.data(), (static_cast<size_t>(k) + 1) * V);
+  if (target_.verifies_in_blocks()) {
+    const CacheStats before = target_.cache_stats();
+    target_.verify(block, position_weights(k), logits);
+    stats_.block_copies += (target_.cache_stats() - before).block_copies;
+  } else {
+    target_.prefill(block, logits);
+  }
   int a = 0;
   int32_t next = 0;
   for (;; ++a) {

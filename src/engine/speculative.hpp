@@ -5,10 +5,11 @@
 // standard speculative sampling (accept a draft with probability min(1, p/q), else sample the
 // normalised residual max(0, p - q)) keeps the target's sampling distribution.
 //
-// Verification routes every position through the target's own policy and logical cache, in the
-// order a batched prefill routes (layer-major, each position after the ones before it); with
-// every expert resident it is one batched forward pass, with offloaded experts the positions go
-// through the expert cache one after another (as a prefill does).
+// Verification: with a block rule configured on the target (--spec-select exact | block |
+// block:conf, policy/block_selection.hpp) one forward pass whose every layer routes the k+1
+// positions within one eligible set, with position weights from the measured commitment rate per
+// depth (block: AcceptMoE's) or the drafter's confidence (block:conf); without one, the positions
+// go through the target's own policy and logical cache as a batched prefill routes them.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,7 @@ struct SpecStats {
   int64_t drafted = 0;               // drafts proposed
   std::vector<int64_t> reached;      // [k]: verifications whose draft at depth d was checked
   std::vector<int64_t> accepted;     // [k]: ... and accepted
+  int64_t block_copies = 0;          // experts verification blocks copied (block rules)
   double draft_s = 0, verify_s = 0;  // wall time drafting and verifying
   // Committed tokens per verification (tau).
   double tau() const {
@@ -69,6 +71,7 @@ class SpeculativeDecoder {
   // The tokens the target has not seen yet: the last committed one (its next input).
   int32_t pick(std::span<const float> logits);
   void probabilities(std::span<const float> logits, std::vector<float>& out) const;
+  std::span<const float> position_weights(int k);
 
   Engine& target_;
   Engine& drafter_;
@@ -79,6 +82,8 @@ class SpeculativeDecoder {
   std::vector<float> logits_;       // [k+1][V] target logits of the block
   std::vector<float> draft_probs_;  // [k][V] drafter probabilities of its drafts (sampling)
   std::vector<float> p_;            // [V] scratch
+  std::vector<float> alpha_;        // [k+1] position weights of the block
+  std::vector<float> confidence_;   // [k] drafter's probability of each draft
   SpecStats stats_;
 };
 

@@ -41,6 +41,9 @@ OffloadRequest OffloadConfig::request() const {
           .link = link.text,
           .max_inflight = max_inflight,
           .pacing = pacing_name(pacing),
+          .spec_select = block ? policy::block_rule_name(block->rule) : "",
+          .pool = block ? block->pool : 0,
+          .union_slots = block ? block->union_slots : 0,
           .verify = verify,
           .calibration = calibration_source.empty() ? nullptr : calibration,
           .calibration_source = calibration_source};
@@ -77,6 +80,19 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
     fail("engine", "--max-inflight", "expected 1..1024, found {}", r.max_inflight);
   c.max_inflight = r.max_inflight;
   c.pacing = parse_pacing(r.pacing);
+  if (!r.spec_select.empty() && !dense) {
+    const policy::BlockRule rule = policy::parse_block_rule(r.spec_select);
+    if (c.link.moves_experts())
+      fail("--spec-select", "--link",
+           "expected --link resident with speculative decoding (verification blocks are routed "
+           "and their copies counted logically; physical block copies are not built yet), "
+           "found '{}'",
+           r.link);
+    c.block = policy::BlockParams{.rule = rule,
+                                  .pool = r.pool > 0 ? r.pool : c.cache_slots,
+                                  .union_slots = r.union_slots > 0 ? r.union_slots : c.cache_slots,
+                                  .gamma = rule == policy::BlockRule::kBlockConf ? 1.05f : 1.0f};
+  }
   c.verify = r.verify;
   if (r.calibration != nullptr && !dense) {
     policy::check_calibration_shape(

@@ -5,9 +5,11 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "link/link_spec.hpp"
+#include "policy/block_selection.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
 #include "schedule/scheduler.hpp"
@@ -22,7 +24,12 @@ struct OffloadRequest {
   std::string link = "resident";           // --link value
   int max_inflight = 2;                    // prefetch copies in flight at a layer boundary
   std::string pacing = "fifo";             // --prefetch-pacing: fifo | defer | demand
-  bool verify = false;                     // disk link: checksum every copied expert
+  // Speculative decoding's verification (--spec-select): "" (none) | exact | block | block:conf,
+  // with its pool P and union slots U per layer (0: the cache size C).
+  std::string spec_select;
+  int pool = 0;
+  int union_slots = 0;
+  bool verify = false;  // disk link: checksum every copied expert
   // Loaded by the caller (or null: none found). Shared: engines and steps keep it alive.
   std::shared_ptr<const policy::Calibration> calibration;
   std::string calibration_source;  // its file, for messages
@@ -44,6 +51,7 @@ struct OffloadConfig {
   link::LinkSpec link;          // parsed; resident for a dense model
   int max_inflight = 2;         // 1..1024
   PrefetchPacing pacing = PrefetchPacing::kFifo;  // physical only: routing never sees it
+  std::optional<policy::BlockParams> block;       // verification rules (speculative decoding)
   bool verify = false;
   // Never null: the given calibration, or an uninformed one (exact LRU and C = E need nothing).
   std::shared_ptr<const policy::Calibration> calibration;

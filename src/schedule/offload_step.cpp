@@ -13,6 +13,7 @@ OffloadStep::OffloadStep(const policy::RouterSpec& spec, const policy::PolicyCon
                          link::Link* link)
     : config_(config),
       router_(spec, config, calibration, params.cache_slots),
+      calibration_(&calibration),
       link_(link),
       experts_(spec.experts),
       max_positions_(params.max_positions),
@@ -50,6 +51,7 @@ bool OffloadStep::prefetches() const {
 
 void OffloadStep::begin_request() {
   router_.reset();
+  if (selector_) selector_->reset();
   warmup_s_ = 0;
   if (!scheduler_) return;
   const int layers = router_.spec().layers;
@@ -133,6 +135,35 @@ void OffloadStep::run_layer_major(std::span<const int32_t> tokens, LayerDriver& 
   }
   driver.finish();
   counts_.tokens += n;
+}
+
+void OffloadStep::enable_blocks(const policy::BlockParams& params, int max_positions) {
+  SM_ASSERT_MSG(!scheduler_, "block verification is logical only");
+  selector_ =
+      std::make_unique<policy::BlockSelector>(router_.spec(), params, *calibration_, max_positions);
+}
+
+void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
+                            LayerDriver& driver) {
+  SM_ASSERT_MSG(selector_ != nullptr, "run_block without enable_blocks");
+  const int n = static_cast<int>(tokens.size());
+  SM_ASSERT(alpha.size() == tokens.size());
+  const int layers = router_.spec().layers;
+  for (int l = 0; l < layers; ++l) {
+    const LayerScores s = driver.scores(l);
+    const std::span<const policy::Decision> decisions =
+        selector_->select(l, n, s.z, s.weight_scores, alpha);
+    for (int t = 0; t < n; ++t) {
+      const policy::Decision& d = decisions[static_cast<size_t>(t)];
+      counts_.layer_steps += 1;
+      counts_.replaced += d.replaced;
+      driver.routed(l, t, d, {});
+    }
+    counts_.block_copies += selector_->last_copies();
+    driver.moe(l);
+  }
+  driver.finish();
+  counts_.block_positions += n;
 }
 
 void OffloadStep::begin_token(int32_t token) {

@@ -14,7 +14,10 @@
 //                                     before layer l+1. Each layer's policy state depends only
 //                                     on that layer's history, so it makes exactly the
 //                                     token-major decisions.
-//   (next: the verification block of speculative decoding, k+1 positions per layer.)
+//   run_block(tokens, alpha, driver)  speculative decoding's verification block, logical only:
+//                                     per layer one eligible set for the k+1 positions
+//                                     (policy/block_selection.hpp), every position routed
+//                                     within it; a pool of P experts stays between blocks.
 //
 // Without a link the step is logical only (routing decisions; no scheduler, no copies). With a
 // link, a TransferScheduler turns the insertions into copies on it. With a simulated link and a
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "link/link.hpp"
+#include "policy/block_selection.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
 #include "policy/router.hpp"
@@ -86,11 +90,13 @@ class LayerDriver {
 
 // Counts of the policy's logical decisions (every schedule; prompt tokens included).
 struct LogicalCounts {
-  int64_t tokens = 0;       // tokens routed
-  int64_t layer_steps = 0;  // (token, MoE layer) steps
-  int64_t replaced = 0;     // router top-K experts replaced by the policy (|S \ exact|)
-  int64_t demand = 0;       // logical demand insertions
-  int64_t prefetch = 0;     // logical prefetch insertions
+  int64_t tokens = 0;           // tokens routed
+  int64_t layer_steps = 0;      // (token, MoE layer) steps
+  int64_t replaced = 0;         // router top-K experts replaced by the policy (|S \ exact|)
+  int64_t demand = 0;           // logical demand insertions
+  int64_t prefetch = 0;         // logical prefetch insertions
+  int64_t block_positions = 0;  // positions verified in blocks (run_block)
+  int64_t block_copies = 0;     // experts a block needed outside the pool, all layers
 };
 
 class OffloadStep {
@@ -131,6 +137,14 @@ class OffloadStep {
                                             std::span<const float> z,
                                             std::span<const float> weight_scores);
 
+  // Turns on run_block with these rules (the step's calibration gives the warm pool).
+  void enable_blocks(const policy::BlockParams& params, int max_positions);
+  bool blocks_enabled() const { return selector_ != nullptr; }
+  // Speculative decoding's verification block: `tokens` (at most the max_positions given to
+  // enable_blocks) with position weights `alpha` (alpha[0] = 1). Logical only.
+  void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
+                 LayerDriver& driver);
+
   // True if the policy runs part 1 (needs pre-gate scores).
   bool prefetches() const;
   bool offloaded() const { return scheduler_ != nullptr; }
@@ -162,6 +176,8 @@ class OffloadStep {
 
   policy::PolicyConfig config_;
   policy::RequestRouter router_;
+  std::unique_ptr<policy::BlockSelector> selector_;  // run_block's rules, when enabled
+  const policy::Calibration* calibration_;
   link::Link* link_ = nullptr;
   std::unique_ptr<TransferScheduler> scheduler_;
   link::SimulatedLink* sim_clock_ = nullptr;

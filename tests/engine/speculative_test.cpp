@@ -92,6 +92,54 @@ TEST_F(SpeculativePair, GreedyVerificationCommitsTheTargetsGreedyTokens) {
   }
 }
 
+// The target with a verification rule (--spec-select) and a pool / union slots of 24 / 24 of
+// 64 (the paper's Table 9 setup).
+EngineParams block_params(const model::Model& m, const char* rule) {
+  schedule::OffloadRequest r{
+      .policy = "exact:evict=lru", .cache = 24, .spec_select = rule, .pool = 24, .union_slots = 24};
+  r.calibration = std::make_shared<const policy::Calibration>(
+      policy::uninformed_calibration(router_spec(m.config())));
+  EngineParams p{.offload = resolve_offload(m, r)};
+  p.context = 128;
+  return p;
+}
+
+// Block verification with every position routed exactly commits the target's greedy tokens, as
+// plain verification does; block:conf routes within one set per layer and so copies fewer
+// experts per committed token (the paper: 3.6-5x fewer than exact verification).
+TEST_F(SpeculativePair, BlockVerificationExactIsGreedyAndBlockCopiesLess) {
+  Engine ar(*target_, params(*target_));
+  Engine drafter(*drafter_, params(*drafter_));
+  const auto ps = prompts(*tok_, 6);
+  double copies_per_token[2] = {0, 0};
+  int row = 0;
+  for (const char* rule : {"exact", "block:conf"}) {
+    Engine target(*target_, block_params(*target_, rule));
+    ASSERT_TRUE(target.verifies_in_blocks());
+    SpeculativeDecoder sd(target, drafter, {.draft_k = 6});
+    for (size_t i = 0; i < ps.size(); ++i) {
+      std::vector<int32_t> got{sd.begin(ps[i])};
+      while (got.size() < 48) sd.step(got);
+      got.resize(48);
+      if (std::string(rule) == "exact") {
+        SCOPED_TRACE("prompt " + std::to_string(i));
+        ASSERT_EQ(got, greedy(ar, ps[i], 48));
+      }
+    }
+    EXPECT_GT(sd.stats().tau(), 1.5) << rule;
+    EXPECT_GT(sd.stats().block_copies, 0) << rule;
+    copies_per_token[row++] =
+        static_cast<double>(sd.stats().block_copies) / static_cast<double>(sd.stats().committed);
+  }
+  EXPECT_LT(copies_per_token[1], copies_per_token[0] * 0.8)
+      << "block:conf " << copies_per_token[1] << " vs exact " << copies_per_token[0];
+  // Verification rules need experts in place (logical copies); an offloaded link is refused.
+  schedule::OffloadRequest bad{.cache = 24, .link = "disk", .spec_select = "block"};
+  bad.calibration = std::make_shared<const policy::Calibration>(
+      policy::uninformed_calibration(router_spec(target_->config())));
+  EXPECT_THROW(resolve_offload(*target_, bad), Error);
+}
+
 TEST_F(SpeculativePair, RollbackGivesTheLogitsOfTheShorterHistory) {
   Engine e(*target_, params(*target_));
   const std::vector<int32_t> ids = prompts(*tok_, 1).front();
