@@ -16,6 +16,7 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "cli/speculative.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/machine.hpp"
@@ -104,6 +105,7 @@ struct BenchCli {
   std::string predict;      // --predict PROFILE: the simulator's prediction beside each row
   std::string profile_out;  // steermoe profile -o: a hardware profile from the first row
   EngineOptions engine;
+  SpecOptions spec;
 };
 
 // The simulator's ms/token for each configuration, from the routing the bench recorded (the same
@@ -220,6 +222,14 @@ void run_bench_cli(const BenchCli& o) {
     sequences = text_windows(ids, o.windows, o.window_len, o.file);
   }
   schedule::OffloadRequest request = offload_request(o.engine, *model, o.model);
+  apply_speculative(o.spec, request);
+  Drafter drafter;
+  if (!o.spec.draft.empty()) {
+    if (o.generate == 0)
+      fail("bench", "--draft",
+           "expected --generate N --prompts FILE (speculative decoding generates)");
+    drafter = load_drafter(o.spec, o.threads, context);
+  }
   if (supplied) {
     // The trace model's calibration (--calib only), its layers mapped like the trace's.
     request.calibration.reset();
@@ -237,7 +247,10 @@ void run_bench_cli(const BenchCli& o) {
     offloads.push_back(resolve_policy(request, p, *model));
     check_fits(budget, *model, offloads.back(), context);
     const int cache = offloads.back().cache_slots;
-    configs.push_back({.name = fmt::format("{}@{} {}", p, cache, o.engine.link),
+    const std::string drafting =
+        o.spec.draft.empty() ? std::string()
+                             : fmt::format(" + draft k={} {}", o.spec.draft_k, o.spec.select);
+    configs.push_back({.name = fmt::format("{}@{} {}{}", p, cache, o.engine.link, drafting),
                        .policy = p,
                        .cache = cache,
                        .residency = static_cast<double>(cache) / cfg.experts,
@@ -293,7 +306,9 @@ void run_bench_cli(const BenchCli& o) {
                            [&](size_t i) {
                              if (supplied) supplied->begin_window(i);
                            },
-                       .record_routing = !o.predict.empty()},
+                       .record_routing = !o.predict.empty(),
+                       .drafter = drafter.engine.get(),
+                       .draft_k = o.spec.draft_k},
                       progress);
   std::vector<double> predicted;
   if (!o.predict.empty()) {
@@ -382,6 +397,7 @@ void add_bench_command(CLI::App& root) {
                   "replays each configuration's recorded routing with it and its ms/token is "
                   "reported beside the measured one (teacher forcing only)");
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
+  add_speculative_options(cmd, o->spec);
   cmd->final_callback([o] { run_bench_cli(*o); });
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/speculative.hpp"
 
 namespace steermoe::eval {
 
@@ -42,6 +43,10 @@ struct BenchOptions {
   // warm-up round (or first round) in BenchResult::record: what the simulator replays to predict
   // the figures (routing is the same in every round).
   bool record_routing = false;
+  // Speculative decoding (with generate > 0): this drafter proposes `draft_k` tokens per
+  // verification of each configuration's engine (the engine's --spec-select rule, if any).
+  engine::Engine* drafter = nullptr;
+  int draft_k = 4;
 };
 
 struct BenchRound {
@@ -57,8 +62,12 @@ struct BenchRound {
   double host_ms = 0;
   double attention_ms = 0, moe_ms = 0;  // A(l) and M(l) summed over MoE layers (link clock)
   double link_clock_ms = 0;             // token latency on the link's clock
-  double link_gb_per_s = 0;  // bytes copied per second of decode time
-  bool physical = false;     // copies above come from a link (not the logical counters)
+  double link_gb_per_s = 0;             // bytes copied per second of decode time
+  bool physical = false;                // copies above come from a link (not the logical counters)
+  // Speculative decoding: committed tokens per verification, the blocks' copies per committed
+  // token, drafting and verification time per committed token (ms_per_token is per committed
+  // token too).
+  double tau = 0, block_copies = 0, draft_ms = 0, verify_ms = 0;
 };
 
 struct BenchResult {
