@@ -111,7 +111,7 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
       job.prompt_ms = ms_since(t_start);
       job.prompt_done = true;
     }
-    job.changed.notify_all();
+    job.notify();
 
     // Generation.
     const int room = engine.context() - static_cast<int>(prompt.size());
@@ -132,6 +132,14 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
       }
       const int32_t id = sampler.sample(logits);
       if (!o.ignore_eos && eos && id == *eos) {
+        // The end-of-sequence token belongs to the completion (its logprob is reported and it
+        // counts in usage, as vLLM does: lm-eval takes the last logprobs entry for the
+        // generated token) but not to its text.
+        ScoredToken t = o.logprobs >= 0 ? score(logits, id, o.logprobs, scratch) : ScoredToken{id};
+        {
+          std::lock_guard lock(job.mu);
+          job.generated.push_back(std::move(t));
+        }
         finish = "stop";
         break;
       }
@@ -161,7 +169,7 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
         job.safe_bytes = std::max(job.safe_bytes, safe);
         job.safe_tokens = job.generated.size();
       }
-      job.changed.notify_all();
+      job.notify();
       if (stopped) {
         finish = "stop";
         break;
@@ -186,7 +194,7 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
     job.error = e.what();
     job.done = true;
   }
-  job.changed.notify_all();
+  job.notify();
 }
 
 }  // namespace steermoe::server

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -51,6 +52,9 @@ struct Job {
   int cache_slots = -1;  // -1 = the server's default
 
   std::atomic<bool> cancelled{false};
+  // Called (on the engine thread) after every update, with `changed`: wakes the HTTP front end.
+  // Set before submission.
+  std::function<void()> on_change;
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
 
   // Output, guarded by `mu`; `changed` is notified after every update.
@@ -71,6 +75,11 @@ struct Job {
   double queue_ms = 0.0, prompt_ms = 0.0, decode_ms = 0.0;
   int decoded = 0;  // tokens fed back through decode()
   CopyCounters copies;
+
+  void notify() {
+    changed.notify_all();
+    if (on_change) on_change();
+  }
 };
 
 // Runs `job` on `engine` (which the caller has set up for the job's policy). `chunk` is the

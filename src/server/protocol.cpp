@@ -216,6 +216,33 @@ std::vector<int32_t> check_prompt(std::vector<int32_t> ids, const ProtocolLimits
   return ids;
 }
 
+void check_text_fits(std::string_view text, const ProtocolLimits& limits,
+                     const std::string& param) {
+  if (limits.max_token_bytes == 0) return;
+  const uint64_t most = static_cast<uint64_t>(limits.context) * limits.max_token_bytes;
+  if (text.size() > most) {
+    throw ApiError(400,
+                   fmt::format("this model's maximum context length is {} tokens; the prompt "
+                               "({} bytes) holds more than that (no token is longer than {} "
+                               "bytes)",
+                               limits.context, text.size(), limits.max_token_bytes),
+                   param, "invalid_request_error", "context_length_exceeded");
+  }
+}
+
+void check_room(size_t prompt_tokens, int max_tokens, const ProtocolLimits& limits,
+                const std::string& param) {
+  const uint64_t asked = prompt_tokens + static_cast<uint64_t>(std::max(max_tokens, 0));
+  if (asked > static_cast<uint64_t>(limits.context)) {
+    throw ApiError(400,
+                   fmt::format("this model's maximum context length is {} tokens; this request "
+                               "asks for {} ({} in the prompt, {} for the completion): reduce "
+                               "the prompt or max_tokens",
+                               limits.context, asked, prompt_tokens, max_tokens),
+                   param, "invalid_request_error", "context_length_exceeded");
+  }
+}
+
 CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer& tok,
                                    const ProtocolLimits& limits) {
   check_object(body);
@@ -236,6 +263,7 @@ CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer&
       };
       auto encode = [&](const json& s, const std::string& param) {
         check_text(get_string(s, param), param);
+        check_text_fits(s.get_ref<const std::string&>(), limits, param);
         return check_prompt(tok.encode(s.get_ref<const std::string&>(),
                                        {.parse_special = true, .add_special = true}),
                             limits, param);
@@ -279,6 +307,7 @@ CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer&
     }
   }
   if (!have_prompt) bad("prompt", "'prompt' is required");
+  for (const auto& p : r.prompts) check_room(p.size(), o.max_tokens, limits, "prompt");
   return r;
 }
 
@@ -349,7 +378,10 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
         r.messages.push_back(std::move(out));
       }
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      if (!v.is_null()) o.max_tokens = static_cast<int>(get_int(v, key, 0, limits.context));
+      if (!v.is_null()) {
+        o.max_tokens = static_cast<int>(get_int(v, key, 0, limits.context));
+        r.max_tokens_given = true;
+      }
     } else if (key == "logprobs") {
       if (!v.is_null()) r.logprobs = get_bool(v, key);
     } else if (key == "top_logprobs") {
@@ -377,7 +409,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
   }
   if (!have_messages) bad("messages", "'messages' is required");
   if (have_top && !r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-  if (!body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
+  if (!r.max_tokens_given) {
     o.max_tokens = limits.context;  // chat default: until EOS or the context is full
   }
   o.logprobs = r.logprobs ? r.top_logprobs : -1;

@@ -119,7 +119,7 @@ void Worker::run(Job& job) {
       job.done = true;
     }
   }
-  job.changed.notify_all();
+  job.notify();
 }
 
 void Worker::loop() {

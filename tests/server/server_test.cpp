@@ -1,13 +1,6 @@
 // `steermoe serve` end to end on loopback: the server runs in this process on a free port with
 // the shipped model (models/steer-olmoe-tiny); requests go through cpp-httplib's client.
 #include <arpa/inet.h>
-#if defined(__SANITIZE_ADDRESS__)
-#define STEERMOE_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STEERMOE_ASAN 1
-#endif
-#endif
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -28,87 +21,11 @@
 #include "../offload_params.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
-#include "server/http_server.hpp"
-#include "server/protocol.hpp"
 #include "server/utf8.hpp"
-#include "trace/calibration_file.hpp"
+#include "server_fixture.hpp"
 
-namespace steermoe::server {
+namespace steermoe::server::test {
 namespace {
-
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-const fs::path kModel = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny";
-
-struct Shared {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  std::unique_ptr<policy::Calibration> calib;
-};
-
-Shared& shared() {
-  static Shared s = [] {
-    Shared x;
-    x.model = model::Model::load(kModel);
-    x.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(kModel));
-    x.calib =
-        std::make_unique<policy::Calibration>(trace::read_calibration(kModel / "calib.smcal"));
-    return x;
-  }();
-  return s;
-}
-
-// A server on a free loopback port, serving on its own thread.
-class Running {
- public:
-  // `offload`: the server's --policy, --cache and --link (the tiny model's calibration added).
-  explicit Running(ServerOptions o = {}, schedule::OffloadRequest offload = {}) {
-    Shared& s = shared();
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.quiet = true;
-    o.model_name = "steer-olmoe-tiny";
-    offload.calibration = std::shared_ptr<const policy::Calibration>(
-        s.calib.get(), [](const policy::Calibration*) {});
-    offload.calibration_source = "calib.smcal";
-    o.worker.engine.offload = engine::resolve_offload(*s.model, offload);
-    server_ = std::make_unique<HttpServer>(*s.model, *s.tok, o);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->serve(); });
-  }
-  ~Running() {
-    server_->stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  std::unique_ptr<httplib::Client> client(int timeout_s = 30) const {
-    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    c->set_read_timeout(timeout_s, 0);
-    c->set_write_timeout(timeout_s, 0);
-    c->set_connection_timeout(5, 0);
-    c->set_tcp_nodelay(true);
-    return c;
-  }
-
- private:
-  std::unique_ptr<HttpServer> server_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-json post(const Running& r, const std::string& path, const json& body, int* status = nullptr) {
-  auto c = r.client();
-  auto res = c->Post(path, dump(body), "application/json");
-  EXPECT_TRUE(res) << "no response from " << path;
-  if (!res) return json();
-  if (status) *status = res->status;
-  return json::parse(res->body);
-}
-
-std::vector<int32_t> ids_of(const std::string& text) {
-  return shared().tok->encode(text, {.parse_special = false});
-}
 
 // The engine's own teacher-forced log-probabilities (steermoe perplexity's computation).
 std::vector<double> engine_logprobs(const std::vector<int32_t>& ids, const std::string& policy,
@@ -481,6 +398,7 @@ TEST(Server, OversizedBodiesAndSlowClients) {
   ServerOptions o;
   o.max_body_bytes = 1000;
   o.read_timeout_s = 1;
+  o.body_timeout_s = 1;
   Running r(o);
   auto c = r.client();
   auto big = c->Post("/v1/completions", std::string(5000, ' '), "application/json");
@@ -565,13 +483,6 @@ TEST(Server, DisconnectCancelsAndQueueOverflowIs503) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_GE(cancelled, 1) << body;
-}
-
-size_t rss_kb() {
-  std::ifstream in("/proc/self/statm");
-  size_t pages = 0, resident = 0;
-  in >> pages >> resident;
-  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) / 1024;
 }
 
 // A generator of malformed and random requests: the server answers every one with a 2xx/4xx
@@ -745,4 +656,4 @@ TEST(Server, EightConcurrentClients) {
 }
 
 }  // namespace
-}  // namespace steermoe::server
+}  // namespace steermoe::server::test
