@@ -19,10 +19,18 @@
 
 namespace steermoe::server {
 
+// What a request asks of the sampler (engine/sampler.hpp has the rules); the defaults are
+// OpenAI's: temperature 1, everything else off.
 struct SamplingOptions {
   int max_tokens = 16;       // new tokens (0: none; only the prompt is processed)
   float temperature = 1.0f;  // 0: greedy
   float top_p = 1.0f;
+  int top_k = 0;  // 0: off
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int penalty_last_n = 64;  // tokens (prompt and generated) the penalties look back on
   uint64_t seed = 0;
   std::vector<std::string> stop;  // generation ends before the first occurrence of any
   int logprobs = -1;              // -1: no logprobs; N >= 0: the N most likely alternatives

@@ -93,6 +93,9 @@ struct HttpServer::Impl {
   Metrics metrics;
   std::string bos_text, eos_text;
   std::map<std::string, Route> routes;
+  std::vector<std::string> chat_stops;  // end-of-turn markers of the chat template
+  std::mutex warned_mu;
+  std::set<std::string> warned;  // ignored fields already logged
   std::unique_ptr<http::Front> front;
 
   Impl(const model::Model& m, const tokenizer::Tokenizer& t, ServerOptions o)
@@ -111,6 +114,15 @@ struct HttpServer::Impl {
     }
     if (tok.bos()) bos_text = tok.token_bytes(*tok.bos());
     if (tok.eos()) eos_text = tok.token_bytes(*tok.eos());
+    // A chat answer ends at the template's end-of-turn marker, or where the model starts a
+    // new turn: it has finished its own (as text or as a special token).
+    for (const char* marker : {"<|im_end|>", "<|im_start|>", "<|eot_id|>", "<|end|>",
+                               "<end_of_turn>", "<|end_of_text|>", "<|eom_id|>"}) {
+      if (chat_template_source.find(marker) != std::string::npos &&
+          std::string(marker) != eos_text) {
+        chat_stops.emplace_back(marker);
+      }
+    }
     add_routes();
     front = std::make_unique<http::Front>(
         front_options(), [this](const http::Request& r) { return admit(r); },
@@ -207,6 +219,31 @@ struct HttpServer::Impl {
     }
   }
 
+  // --- request checks ----------------------------------------------------------------------
+
+  // The `model` field, when given, must name the served model (OpenAI answers 404).
+  void check_model(const std::string& model_field) const {
+    if (model_field.empty() || model_field == options.model_name) return;
+    throw ApiError(404,
+                   fmt::format("the model '{}' does not exist (this server serves '{}')",
+                               model_field, options.model_name),
+                   "model", "invalid_request_error", "model_not_found");
+  }
+
+  // Fields accepted without effect: logged once per name (not per request: no log flood).
+  void warn_ignored(const std::vector<std::string>& fields) {
+    if (fields.empty() || options.quiet) return;
+    std::lock_guard lock(warned_mu);
+    for (const std::string& f : fields) {
+      if (warned.insert(f).second) {
+        std::fprintf(stderr,
+                     "warning: request field '%s' is accepted and ignored (it has no effect "
+                     "here); logged once\n",
+                     f.c_str());
+      }
+    }
+  }
+
   // --- one request on the worker -----------------------------------------------------------
 
   std::vector<std::shared_ptr<Job>> make_jobs(const std::vector<std::vector<int32_t>>& prompts,
@@ -253,11 +290,11 @@ struct HttpServer::Impl {
       drop_body(req);
       r = parse_completion(body, tok, limits);
     }
+    check_model(r.extras.model);
+    warn_ignored(r.extras.ignored);
     auto jobs = make_jobs(r.prompts, r.options, r.extras);
     submit(jobs);
-    const ResponseMeta meta{random_id("cmpl-"),
-                            r.extras.model.empty() ? options.model_name : r.extras.model,
-                            unix_now()};
+    const ResponseMeta meta{random_id("cmpl-"), options.model_name, unix_now()};
     const SamplingOptions opts = r.options;
     http::Response res;
     if (!r.extras.stream) {
@@ -331,6 +368,9 @@ struct HttpServer::Impl {
       drop_body(req);
       r = parse_chat(body, limits);
     }
+    check_model(r.extras.model);
+    warn_ignored(r.extras.ignored);
+    for (const std::string& stop : chat_stops) r.options.stop.push_back(stop);
     const std::string prompt_text = render_chat(r);
     check_text_fits(prompt_text, limits, "messages");
     std::vector<int32_t> ids = check_prompt(
@@ -342,9 +382,7 @@ struct HttpServer::Impl {
     check_room(ids.size(), r.options.max_tokens, limits, "messages");
     auto jobs = make_jobs({ids}, r.options, r.extras);
     submit(jobs);
-    const ResponseMeta meta{random_id("chatcmpl-"),
-                            r.extras.model.empty() ? options.model_name : r.extras.model,
-                            unix_now()};
+    const ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_now()};
     auto request = std::make_shared<ChatRequest>(std::move(r));
     http::Response res;
     if (!request->extras.stream) {
@@ -410,7 +448,10 @@ struct HttpServer::Impl {
       } else if (k == "with_pieces" || k == "return_token_strs") {
         if (!v.is_boolean()) throw ApiError(400, "'" + k + "' must be a boolean", k);
         pieces = v.get<bool>();
-      } else if (k != "model") {
+      } else if (k == "model") {
+        if (!v.is_string()) throw ApiError(400, "'model' must be a string", k);
+        check_model(v.get<std::string>());
+      } else {
         throw ApiError(400, "unrecognized request argument supplied: " + k, k);
       }
     }
@@ -443,7 +484,10 @@ struct HttpServer::Impl {
           ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
         }
         have = true;
-      } else if (k != "model") {
+      } else if (k == "model") {
+        if (!v.is_string()) throw ApiError(400, "'model' must be a string", k);
+        check_model(v.get<std::string>());
+      } else {
         throw ApiError(400, "unrecognized request argument supplied: " + k, k);
       }
     }

@@ -93,6 +93,40 @@ std::vector<std::string> get_stop(const json& v, const ProtocolLimits& limits) {
   return out;
 }
 
+// Fields OpenAI SDKs and frameworks send whose meaning is not lost when ignored (storage,
+// tagging, billing tier, end-user ids, latency hints): accepted, ignored with a warning.
+bool ignored_field(const std::string& key) {
+  static const std::set<std::string> keys{
+      "store", "metadata",   "service_tier",      "parallel_tool_calls",
+      "user",  "prediction", "safety_identifier", "prompt_cache_key"};
+  return keys.count(key) > 0;
+}
+
+// The sampler's fields beyond temperature and top_p (llama-server's and vLLM's names).
+bool sampling_field(const std::string& key, const json& v, SamplingOptions& o) {
+  if (key != "top_k" && key != "min_p" && key != "repetition_penalty" && key != "repeat_penalty" &&
+      key != "presence_penalty" && key != "frequency_penalty" && key != "repeat_last_n") {
+    return false;
+  }
+  if (v.is_null()) return true;
+  if (key == "top_k") {
+    // vLLM's -1 and llama-server's 0 both mean off.
+    o.top_k = static_cast<int>(std::max<int64_t>(0, get_int(v, key, -1, 1 << 24)));
+  } else if (key == "min_p") {
+    o.min_p = static_cast<float>(get_number(v, key, 0.0, 1.0));
+  } else if (key == "repetition_penalty" || key == "repeat_penalty") {
+    o.repetition_penalty = static_cast<float>(get_number(v, key, 0.0, 10.0));
+    if (o.repetition_penalty <= 0.0f) bad(key, "'" + key + "' must be in (0, 10] (1: off)");
+  } else if (key == "presence_penalty") {
+    o.presence_penalty = static_cast<float>(get_number(v, key, -2.0, 2.0));
+  } else if (key == "frequency_penalty") {
+    o.frequency_penalty = static_cast<float>(get_number(v, key, -2.0, 2.0));
+  } else {  // repeat_last_n
+    o.penalty_last_n = static_cast<int>(get_int(v, key, -1, 1 << 24));
+  }
+  return true;
+}
+
 // Fields every endpoint shares; returns true if `key` was one of them.
 bool common_field(const std::string& key, const json& v, RequestExtras& extras, SamplingOptions& o,
                   const ProtocolLimits& limits) {
@@ -104,6 +138,10 @@ bool common_field(const std::string& key, const json& v, RequestExtras& extras, 
     if (v.is_null()) return true;
     if (!v.is_object()) bad(key, "'stream_options' must be an object");
     for (const auto& [k, x] : v.items()) {
+      if (k == "include_obfuscation") {  // OpenAI's padding of streamed events: not needed
+        extras.ignored.push_back("stream_options." + k);
+        continue;
+      }
       if (k != "include_usage")
         bad("stream_options." + k, "unrecognized stream option '" + k + "'");
       extras.include_usage = get_bool(x, "stream_options.include_usage");
@@ -124,14 +162,12 @@ bool common_field(const std::string& key, const json& v, RequestExtras& extras, 
     o.stop = get_stop(v, limits);
   } else if (key == "n") {
     if (!v.is_null() && get_int(v, key, 1, 128) != 1) bad(key, "only 'n' = 1 is supported");
-  } else if (key == "presence_penalty" || key == "frequency_penalty") {
-    if (!v.is_null() && get_number(v, key, -2.0, 2.0) != 0.0) {
-      bad(key, "'" + key + "' is not supported (only 0)");
-    }
+  } else if (sampling_field(key, v, o)) {
+    return true;
   } else if (key == "logit_bias") {
     if (!v.is_null() && !(v.is_object() && v.empty())) bad(key, "'logit_bias' is not supported");
-  } else if (key == "user") {
-    if (!v.is_null()) get_string(v, key);
+  } else if (ignored_field(key)) {
+    extras.ignored.push_back(key);
   } else if (key == "ignore_eos") {
     if (!v.is_null()) o.ignore_eos = get_bool(v, key);
   } else if (key == "steermoe") {
@@ -396,7 +432,12 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
       if (!v.is_null() && v != "none" && v != "auto") bad(key, "only 'tool_choice' none/auto");
     } else if (key == "chat_template_kwargs") {
       if (!v.is_object()) bad(key, "'chat_template_kwargs' must be an object");
-      r.template_kwargs = v;
+      for (const auto& [k, x] : v.items()) r.template_kwargs[k] = x;
+    } else if (key == "reasoning_effort") {
+      // Templates of reasoning models read it (vLLM passes it the same way); others ignore it.
+      if (!v.is_null()) r.template_kwargs["reasoning_effort"] = get_string(v, key);
+    } else if (key == "modalities") {
+      if (!v.is_null() && v != json::array({"text"})) bad(key, "only 'modalities' [\"text\"]");
     } else if (key == "add_generation_prompt") {
       r.add_generation_prompt = get_bool(v, key);
     } else if (key == "response_format") {

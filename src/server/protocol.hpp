@@ -54,9 +54,10 @@ json parse_body(const std::string& body, const ProtocolLimits& limits);
 struct RequestExtras {
   std::string model;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  std::string policy;          // "steermoe": {"policy": ...}; "" = server default
-  int cache = -1;              // "steermoe": {"cache": C}; -1 = server default
+  bool include_usage = false;        // stream_options.include_usage
+  std::string policy;                // "steermoe": {"policy": ...}; "" = server default
+  int cache = -1;                    // "steermoe": {"cache": C}; -1 = server default
+  std::vector<std::string> ignored;  // accepted fields without effect (logged once each)
 };
 
 struct CompletionRequest {

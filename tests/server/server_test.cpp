@@ -655,5 +655,159 @@ TEST(Server, EightConcurrentClients) {
   EXPECT_GT(busy.load(), 0) << "8 clients on a queue of 4 should overflow it sometimes";
 }
 
+// --- compatibility: sampling fields, ignored fields, model ids, end-of-turn stops -------------
+
+TEST(ServerProtocol, SamplingAndIgnoredFields) {
+  ProtocolLimits lim{.context = 256, .vocab = 4096};
+  const auto& tok = *shared().tok;
+  const CompletionRequest r = parse_completion({{"prompt", "x"},
+                                                {"top_k", -1},
+                                                {"min_p", 0.05},
+                                                {"repetition_penalty", 1.1},
+                                                {"presence_penalty", 0.5},
+                                                {"frequency_penalty", -0.5},
+                                                {"repeat_last_n", 32},
+                                                {"store", true},
+                                                {"metadata", {{"a", "b"}}},
+                                                {"service_tier", "auto"},
+                                                {"parallel_tool_calls", false},
+                                                {"user", "u-1"}},
+                                               tok, lim);
+  EXPECT_EQ(r.options.top_k, 0);
+  EXPECT_FLOAT_EQ(r.options.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.options.repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(r.options.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.options.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.options.penalty_last_n, 32);
+  EXPECT_EQ(r.extras.ignored, (std::vector<std::string>{"store", "metadata", "service_tier",
+                                                        "parallel_tool_calls", "user"}));
+  EXPECT_EQ(parse_completion({{"prompt", "x"}, {"top_k", 40}}, tok, lim).options.top_k, 40);
+  auto param_of = [&](const json& body) {
+    try {
+      parse_completion(body, tok, lim);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"top_k", -2}}), "top_k");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"min_p", 1.5}}), "min_p");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"repetition_penalty", 0}}), "repetition_penalty");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"presence_penalty", 2.5}}), "presence_penalty");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"frequency_penalty", "1"}}), "frequency_penalty");
+  // Fields whose meaning would be lost stay refused.
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"n", 2}}), "n");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"logit_bias", {{"5", 10}}}}), "logit_bias");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"suffix", "y"}}), "suffix");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"functions", json::array()}}), "functions");
+  auto chat_param = [&](const json& extra) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    body.update(extra);
+    try {
+      parse_chat(body, lim);
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_EQ(chat_param({{"tool_choice", "required"}}), "tool_choice");
+  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_object"}}}}), "response_format");
+  EXPECT_EQ(chat_param({{"modalities", {"text", "audio"}}}), "modalities");
+  EXPECT_EQ(chat_param({{"store", false}, {"modalities", {"text"}}, {"reasoning_effort", "low"}}),
+            "<accepted>");
+}
+
+TEST(Server, SamplingFieldsReachTheSampler) {
+  Running r;
+  auto text = [&](json extra) {
+    json body = {{"prompt", "import os\ndef main("}, {"max_tokens", 24}, {"seed", 3}};
+    body.update(extra);
+    int status = 0;
+    const json res = post(r, "/v1/completions", body, &status);
+    EXPECT_EQ(status, 200) << dump(res);
+    return res["choices"][0]["text"].get<std::string>();
+  };
+  const std::string greedy = text({{"temperature", 0}});
+  // top_k 1 and min_p 1 keep only the most likely token: greedy, whatever the temperature.
+  EXPECT_EQ(text({{"temperature", 1.5}, {"top_k", 1}}), greedy);
+  EXPECT_EQ(text({{"temperature", 1.5}, {"min_p", 1.0}}), greedy);
+  EXPECT_NE(text({{"temperature", 1.5}}), greedy);
+  // The penalties change a greedy continuation (the tiny model repeats itself).
+  EXPECT_NE(text({{"temperature", 0}, {"repetition_penalty", 1.5}}), greedy);
+  EXPECT_NE(text({{"temperature", 0}, {"frequency_penalty", 1.5}}), greedy);
+  EXPECT_NE(text({{"temperature", 0}, {"presence_penalty", 1.5}}), greedy);
+  // ... and nothing is penalized with a window of 0.
+  EXPECT_EQ(text({{"temperature", 0}, {"presence_penalty", 1.5}, {"repeat_last_n", 0}}), greedy);
+}
+
+TEST(Server, ModelIdsAndTokenizeAliases) {
+  Running r;
+  auto c = r.client();
+  auto one = c->Get("/v1/models/steer-olmoe-tiny");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  EXPECT_EQ(json::parse(one->body)["id"], "steer-olmoe-tiny");
+  auto other = c->Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/tokenize"}) {
+    int status = 0;
+    json body = {{"model", "gpt-4o"}};
+    if (path == std::string("/v1/chat/completions")) {
+      body["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+    } else {
+      body["prompt"] = "hi";
+    }
+    const json res = post(r, path, body, &status);
+    EXPECT_EQ(status, 404) << path << dump(res);
+    EXPECT_NE(res["error"]["message"].get<std::string>().find("gpt-4o"), std::string::npos);
+  }
+  int status = 0;
+  const json tk = post(r, "/v1/tokenize", {{"prompt", "hello world"}}, &status);
+  ASSERT_EQ(status, 200) << dump(tk);
+  EXPECT_EQ(tk["tokens"].get<std::vector<int32_t>>(), ids_of("hello world"));
+  const json dt = post(r, "/v1/detokenize", {{"tokens", tk["tokens"]}}, &status);
+  EXPECT_EQ(dt["prompt"], "hello world");
+}
+
+// The ChatML fallback's answer ends at <|im_end|> (the shipped small model writes it when
+// sampled; seeds 0..63 include several that do).
+TEST(Server, ChatMlAnswersStopAtEndOfTurn) {
+  static const auto small = model::Model::load(kModel.parent_path() / "steer-olmoe-small");
+  static const auto small_tok =
+      tokenizer::Tokenizer::load(kModel.parent_path() / "steer-olmoe-small");
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.quiet = true;
+  o.model_name = "small";
+  HttpServer server(*small, small_tok, o);
+  const int port = server.bind();
+  std::thread serving([&] { server.serve(); });
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  int stopped = 0;
+  for (int seed = 0; seed < 64; ++seed) {
+    auto res = c.Post("/v1/chat/completions",
+                      dump({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                            {"max_tokens", 40},
+                            {"temperature", 1.0},
+                            {"seed", seed}}),
+                      "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json j = json::parse(res->body);
+    const std::string content = j["choices"][0]["message"]["content"];
+    EXPECT_EQ(content.find("<|im_end|>"), std::string::npos) << "seed " << seed << ": " << content;
+    EXPECT_EQ(content.find("<|im_start|>"), std::string::npos) << "seed " << seed;
+    if (j["choices"][0]["finish_reason"] == "stop") ++stopped;
+  }
+  server.stop();
+  serving.join();
+  EXPECT_GT(stopped, 0);
+}
+
 }  // namespace
 }  // namespace steermoe::server::test
