@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -118,7 +119,7 @@ void add_run_command(CLI::App& root) {
       sampler.accept(next);
       const std::string piece = tok.token_bytes(next);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+      check_stdout();  // stop at once when the text cannot be written
       if (generated + 1 < o->n_predict) logits = engine.decode(next);
     }
     const auto t2 = Clock::now();
