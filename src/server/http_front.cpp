@@ -286,8 +286,9 @@ struct Front::Impl {
 
   bool evictable(const Conn& c) const { return !c.dead && !in_flight(c); }
 
-  // Under a cap, the connection of that address (or any, for the total cap) that has waited
-  // longest without a request in flight makes room; false if there is none.
+  // Under a cap, a connection of that address (or any, for the total cap) without a request
+  // in flight makes room: the one whose request has been arriving longest (a slow sender),
+  // else the one idle longest; false if there is none.
   bool make_room(const std::string& peer) {
     const auto it = per_peer.find(peer);
     const bool over_peer = it != per_peer.end() && it->second >= o.max_connections_per_address;
@@ -296,7 +297,10 @@ struct Front::Impl {
     Conn* victim = nullptr;
     for (auto& [id, c] : conns) {
       if (!evictable(*c) || (over_peer && c->peer != peer)) continue;
-      if (!victim || c->phase_since < victim->phase_since) victim = c.get();
+      const auto rank = [](const Conn& x) {
+        return std::make_pair(x.phase == Phase::kIdle ? 1 : 0, x.phase_since);
+      };
+      if (!victim || rank(*c) < rank(*victim)) victim = c.get();
     }
     if (!victim) return false;
     stats.evicted++;
