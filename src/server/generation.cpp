@@ -145,7 +145,8 @@ bool add_token(const tokenizer::Tokenizer& tok, Job& job, ScoredToken t, size_t 
 
 // Samples up to max_tokens tokens after the prompt; returns the finish reason.
 std::string generate(engine::Engine& engine, const tokenizer::Tokenizer& tok, Job& job,
-                     std::span<const float> logits, std::vector<int32_t>& scratch, int& decoded) {
+                     std::span<const float> logits, std::vector<int32_t>& scratch, int& decoded,
+                     const TokenHook& hook) {
   const SamplingOptions& o = job.options;
   const int room = engine.context() - static_cast<int>(job.prompt.size());
   const int max_new = std::max(0, std::min(o.max_tokens, room));
@@ -171,6 +172,7 @@ std::string generate(engine::Engine& engine, const tokenizer::Tokenizer& tok, Jo
     if (i + 1 < max_new) {
       logits = engine.decode(id);
       ++decoded;
+      if (hook) hook(engine, false);
     }
   }
   return "length";  // max_tokens reached, or the context is full
@@ -178,7 +180,8 @@ std::string generate(engine::Engine& engine, const tokenizer::Tokenizer& tok, Jo
 
 }  // namespace
 
-void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job) {
+void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job,
+             const TokenHook& hook) {
   const auto t_start = Clock::now();
   try {
     SM_ASSERT(!job.prompt.empty() && chunk > 0);
@@ -187,6 +190,7 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
     const CopyCounters copies_before = read_copy_counters(engine);
     std::vector<float> last(static_cast<size_t>(engine.config().vocab));
     process_prompt(engine, chunk, job, last, scratch);
+    if (hook) hook(engine, false);
     {
       std::lock_guard lock(job.mu);
       job.prompt_ms = ms_since(t_start);
@@ -195,7 +199,8 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
     job.notify();
     const auto t_decode = Clock::now();
     int decoded = 0;
-    const std::string finish = generate(engine, tok, job, last, scratch, decoded);
+    const std::string finish = generate(engine, tok, job, last, scratch, decoded, hook);
+    if (hook) hook(engine, true);
     const CopyCounters copies_after = read_copy_counters(engine);
     std::lock_guard lock(job.mu);
     job.decode_ms = ms_since(t_decode);

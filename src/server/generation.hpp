@@ -90,10 +90,15 @@ struct Job {
   }
 };
 
+// Called on the engine's thread after the prompt, after every generated token and at the end
+// (`final`): the engine may be read then (the live cache view).
+using TokenHook = std::function<void(const engine::Engine&, bool final)>;
+
 // Runs `job` on `engine` (which the caller has set up for the job's policy). `chunk` is the
 // prompt batch size used when prompt logits are needed (use the engine's max_batch, so scoring
 // in chunks sees the same batches as one prefill). Never throws: errors land in job.error.
-void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job);
+void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job,
+             const TokenHook& hook = {});
 
 // Position of the first occurrence of any stop string in `text` at or after `from`, or npos.
 size_t find_stop(const std::string& text, const std::vector<std::string>& stops, size_t from);

@@ -14,6 +14,7 @@
 #include "server/job_response.hpp"
 #include "server/metrics.hpp"
 #include "server/protocol.hpp"
+#include "server/static_files.hpp"
 #include "server/utf8.hpp"
 #include "template/jinja.hpp"
 
@@ -557,6 +558,21 @@ struct HttpServer::Impl {
     }
     get("/tokenizer_info", false,
         [this](http::Request&) { return json_response(200, tokenizer_info()); });
+    // The chat page needs no key (it holds no data; it asks for one if the API does).
+    for (const StaticFile& f : static_files()) {
+      auto serve_file = [&f](http::Request&) {
+        http::Response r;
+        r.content_type = std::string(f.content_type);
+        r.body = std::string(f.body);
+        r.fields.emplace_back("Cache-Control", "no-cache");
+        return r;
+      };
+      get(std::string(f.path), true, serve_file);
+      if (f.path == "/index.html") get("/", true, serve_file);
+    }
+    get("/steermoe/cache", false, [this](http::Request&) {
+      return json_response(200, cache_view_json(worker.cache_view()));
+    });
     get("/metrics", false, [this](http::Request&) {
       http::Response r;
       r.content_type = "text/plain; version=0.0.4";

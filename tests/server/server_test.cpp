@@ -809,5 +809,69 @@ TEST(Server, ChatMlAnswersStopAtEndOfTurn) {
   EXPECT_GT(stopped, 0);
 }
 
+// The chat page at / in headless Chromium (skipped where Chromium is not installed): load it
+// with a message (?q=), see the streamed reply and the cache picture (tokens routed, experts
+// that ran for the last token) change from the warm set shown before any request.
+TEST(Server, ChatPageInHeadlessChromium) {
+  const char* candidates[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                              "/usr/bin/google-chrome"};
+  std::string browser;
+  for (const char* c : candidates) {
+    if (access(c, X_OK) == 0) browser = c;
+  }
+  if (browser.empty()) GTEST_SKIP() << "no Chromium (apt-get install chromium)";
+  Running r({}, {.policy = "psr:lambda=0.3,n=1", .cache = 32, .link = "emulated:16"});
+  auto page = r.client()->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("/steermoe/cache"), std::string::npos);
+  const json before = json::parse(r.client()->Get("/steermoe/cache")->body);
+  EXPECT_EQ(before["step"], 0);
+  EXPECT_EQ(before["layers"].size(), 8u);
+  EXPECT_EQ(before["layers"][0]["resident"].size(), 32u) << "the warm set";
+  const std::string url = "http://127.0.0.1:" + std::to_string(r.port()) + "/?q=Hello%20there";
+  // A private profile; the first start of a browser can be slow, so up to three tries (the
+  // page marks <body data-state="done"> when the answer has streamed and the view is updated).
+  const fs::path profile =
+      fs::temp_directory_path() / ("steermoe_chromium_" + std::to_string(getpid()));
+  const std::string command = browser +
+                              " --headless=new --no-sandbox --disable-gpu --no-first-run " +
+                              "--user-data-dir=" + profile.string() +
+                              " --virtual-time-budget=30000 --dump-dom '" + url + "' 2>/dev/null";
+  std::string dom;
+  for (int attempt = 0; attempt < 3 && dom.find("data-state=\"done\"") == std::string::npos;
+       ++attempt) {
+    dom.clear();
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) dom.append(buf, n);
+    ::pclose(pipe);
+  }
+  fs::remove_all(profile);
+  ASSERT_NE(dom.find("data-state=\"done\""), std::string::npos)
+      << dom.substr(std::min(dom.size(), dom.find("<body")), 3000);
+  // The reply: an assistant message with text and its report line, no error.
+  const size_t reply = dom.find("class=\"msg assistant\"");
+  ASSERT_NE(reply, std::string::npos) << dom.substr(0, 4000);
+  EXPECT_EQ(dom.find("class=\"msg error\""), std::string::npos);
+  const size_t text_at = dom.find('>', reply) + 1;
+  const size_t meta = dom.find("<div class=\"meta\">", reply);
+  ASSERT_NE(meta, std::string::npos) << "the report line after the reply";
+  const std::string text = dom.substr(text_at, meta - text_at);
+  EXPECT_NE(text.find_first_not_of(" \n\t"), std::string::npos) << "an empty reply";
+  EXPECT_NE(dom.find("tokens,", meta), std::string::npos);
+  // The cache picture changed: experts that ran for the last token, tokens routed.
+  EXPECT_NE(dom.find("selected"), std::string::npos);
+  const size_t routed = dom.find("tokens routed");
+  ASSERT_NE(routed, std::string::npos);
+  const size_t value = dom.find("<b>", routed);
+  ASSERT_NE(value, std::string::npos);
+  EXPECT_NE(dom.substr(value, 5), "<b>0<") << "no tokens routed";
+  const json after = json::parse(r.client()->Get("/steermoe/cache")->body);
+  EXPECT_GT(after["version"].get<int64_t>(), before["version"].get<int64_t>());
+  EXPECT_GT(after["step"].get<int64_t>(), 0);
+}
+
 }  // namespace
 }  // namespace steermoe::server::test
