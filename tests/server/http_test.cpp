@@ -336,8 +336,11 @@ TEST(HttpItems, LargeBodiesLeaveMemoryNearBaseline) {
   std::printf("[ server   ] RSS %zu kB before, peak %zu kB, %zu kB after 16 x 7 MB bodies\n", base,
               peak.load(), after);
 #ifndef STEERMOE_ASAN
-  EXPECT_LT(peak.load(), base + 320 * 1024) << "peak memory";
-  EXPECT_LT(after, base + 48 * 1024) << "memory left behind";
+  // Measured: peak +120..130 MB (8 bodies held, 2 parsed at a time), +8 MB after. Without the
+  // length check before tokenizing the peak was +228 MB; without giving freed memory back,
+  // +24 MB stayed; cpp-httplib: +1,340 MB peak, +575 MB after.
+  EXPECT_LT(peak.load(), base + 192 * 1024) << "peak memory";
+  EXPECT_LT(after, base + 16 * 1024) << "memory left behind";
 #endif
 }
 
