@@ -198,6 +198,68 @@ void check_text(const std::string& s, const std::string& param) {
   if (!valid_utf8(s)) bad(param, "'" + param + "' is not valid UTF-8");
 }
 
+// `messages`: each a role and content (a string, text parts joined, or null for an assistant)
+// with the fields templates read; normalized to role + content string.
+json parse_messages(const json& v) {
+  const std::string key = "messages";
+  if (!v.is_array() || v.empty()) bad(key, "'messages' must be a non-empty array");
+  json out_messages = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& m = v[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad(where, "'" + where + "' must be an object");
+    json out = json::object();
+    for (const auto& [k, x] : m.items()) {
+      if (k == "role") {
+        const std::string& role = get_string(x, where + ".role");
+        static const std::set<std::string> roles{"system", "developer", "user", "assistant",
+                                                 "tool"};
+        if (!roles.count(role)) {
+          bad(where + ".role", "'" + where +
+                                   ".role' must be system, developer, user, "
+                                   "assistant or tool");
+        }
+        out["role"] = role;
+      } else if (k == "content") {
+        if (x.is_null()) {
+          out["content"] = nullptr;
+        } else if (x.is_string()) {
+          check_text(x.get<std::string>(), where + ".content");
+          out["content"] = x;
+        } else if (x.is_array()) {
+          std::string text;
+          for (const json& part : x) {
+            if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+                !part.contains("text") || !part["text"].is_string()) {
+              bad(where + ".content", "content parts must be {\"type\": \"text\", \"text\": ...}");
+            }
+            text += part["text"].get<std::string>();
+          }
+          check_text(text, where + ".content");
+          out["content"] = text;
+        } else {
+          bad(where + ".content", "'content' must be a string, an array of text parts or null");
+        }
+      } else if (k == "name" || k == "tool_call_id" || k == "reasoning_content") {
+        check_text(get_string(x, where + "." + k), where + "." + k);
+        out[k] = x;
+      } else if (k == "tool_calls") {
+        if (!x.is_array()) bad(where + ".tool_calls", "'tool_calls' must be an array");
+        out[k] = x;
+      } else {
+        bad(where + "." + k, "unrecognized message field '" + k + "'");
+      }
+    }
+    if (!out.contains("role")) bad(where + ".role", "'" + where + ".role' is required");
+    if (!out.contains("content")) out["content"] = nullptr;
+    if (out["content"].is_null() && out["role"] != "assistant") {
+      bad(where + ".content", "'" + where + ".content' is required");
+    }
+    out_messages.push_back(std::move(out));
+  }
+  return out_messages;
+}
+
 }  // namespace
 
 json error_body(const std::string& message, const std::string& type, const std::string& param,
@@ -357,62 +419,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
     if (common_field(key, v, r.extras, o, limits)) continue;
     if (key == "messages") {
       have_messages = true;
-      if (!v.is_array() || v.empty()) bad(key, "'messages' must be a non-empty array");
-      r.messages = json::array();
-      for (size_t i = 0; i < v.size(); ++i) {
-        const json& m = v[i];
-        const std::string where = fmt::format("messages[{}]", i);
-        if (!m.is_object()) bad(where, "'" + where + "' must be an object");
-        json out = json::object();
-        for (const auto& [k, x] : m.items()) {
-          if (k == "role") {
-            const std::string& role = get_string(x, where + ".role");
-            static const std::set<std::string> roles{"system", "developer", "user", "assistant",
-                                                     "tool"};
-            if (!roles.count(role)) {
-              bad(where + ".role", "'" + where +
-                                       ".role' must be system, developer, user, "
-                                       "assistant or tool");
-            }
-            out["role"] = role;
-          } else if (k == "content") {
-            if (x.is_null()) {
-              out["content"] = nullptr;
-            } else if (x.is_string()) {
-              check_text(x.get<std::string>(), where + ".content");
-              out["content"] = x;
-            } else if (x.is_array()) {
-              std::string text;
-              for (const json& part : x) {
-                if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
-                    !part.contains("text") || !part["text"].is_string()) {
-                  bad(where + ".content",
-                      "content parts must be {\"type\": \"text\", \"text\": ...}");
-                }
-                text += part["text"].get<std::string>();
-              }
-              check_text(text, where + ".content");
-              out["content"] = text;
-            } else {
-              bad(where + ".content", "'content' must be a string, an array of text parts or null");
-            }
-          } else if (k == "name" || k == "tool_call_id" || k == "reasoning_content") {
-            check_text(get_string(x, where + "." + k), where + "." + k);
-            out[k] = x;
-          } else if (k == "tool_calls") {
-            if (!x.is_array()) bad(where + ".tool_calls", "'tool_calls' must be an array");
-            out[k] = x;
-          } else {
-            bad(where + "." + k, "unrecognized message field '" + k + "'");
-          }
-        }
-        if (!out.contains("role")) bad(where + ".role", "'" + where + ".role' is required");
-        if (!out.contains("content")) out["content"] = nullptr;
-        if (out["content"].is_null() && out["role"] != "assistant") {
-          bad(where + ".content", "'" + where + ".content' is required");
-        }
-        r.messages.push_back(std::move(out));
-      }
+      r.messages = parse_messages(v);
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
       if (!v.is_null()) {
         o.max_tokens = static_cast<int>(get_int(v, key, 0, limits.context));

@@ -40,6 +40,58 @@ bool is_word_byte(char c) {
          u == '_';
 }
 
+// True if every merge's result takes part only in merges ranked after it.
+template <typename Merges>
+bool in_training_order(const Merges& merges) {
+  std::unordered_map<TokenId, uint32_t> first_use;  // token -> lowest rank of a merge using it
+  for (const auto& [key, m] : merges) {
+    for (const TokenId side :
+         {static_cast<TokenId>(key >> 32), static_cast<TokenId>(key & 0xffffffffu)}) {
+      const auto [it, added] = first_use.emplace(side, m.rank);
+      if (!added) it->second = std::min(it->second, m.rank);
+    }
+  }
+  return std::all_of(merges.begin(), merges.end(), [&](const auto& kv) {
+    const auto it = first_use.find(kv.second.merged);
+    return it == first_use.end() || it->second > kv.second.rank;
+  });
+}
+
+struct SymbolRun {
+  TokenId id;  // -1: a character the vocabulary cannot spell
+  uint64_t n;
+};
+
+// One merge (left, right) -> merged at every place at once, leftmost first where places overlap.
+std::vector<SymbolRun> merge_everywhere(const std::vector<SymbolRun>& runs, TokenId left,
+                                        TokenId right, TokenId merged) {
+  std::vector<SymbolRun> next;
+  const auto push = [&](TokenId id, uint64_t n) {
+    if (n == 0) return;
+    if (!next.empty() && next.back().id == id) {
+      next.back().n += n;
+    } else {
+      next.push_back({id, n});
+    }
+  };
+  uint64_t taken = 0;  // symbols of the current run already merged with the run before
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const SymbolRun r{runs[i].id, runs[i].n - taken};
+    taken = 0;
+    if (left == right && r.id == left) {
+      push(merged, r.n / 2);  // "a a a" -> "aa a"
+      push(left, r.n % 2);
+    } else if (left != right && r.id == left && i + 1 < runs.size() && runs[i + 1].id == right) {
+      push(left, r.n - 1);  // the run's last symbol and the next run's first merge
+      push(merged, 1);
+      taken = 1;
+    } else {
+      push(r.id, r.n);
+    }
+  }
+  return next;
+}
+
 }  // namespace
 
 Tokenizer::Tokenizer(Vocabulary vocab)
@@ -106,18 +158,7 @@ void Tokenizer::check_and_index() {
                     MergeResult{static_cast<uint32_t>(rank), merged_id});
   }
 
-  std::unordered_map<TokenId, uint32_t> first_use;  // token -> lowest rank of a merge using it
-  for (const auto& [key, m] : merges_) {
-    for (const TokenId side :
-         {static_cast<TokenId>(key >> 32), static_cast<TokenId>(key & 0xffffffffu)}) {
-      const auto [it, added] = first_use.emplace(side, m.rank);
-      if (!added) it->second = std::min(it->second, m.rank);
-    }
-  }
-  merges_in_training_order_ = std::all_of(merges_.begin(), merges_.end(), [&](const auto& kv) {
-    const auto it = first_use.find(kv.second.merged);
-    return it == first_use.end() || it->second > kv.second.rank;
-  });
+  merges_in_training_order_ = in_training_order(merges_);
 
   const auto check_special = [&](const std::optional<TokenId>& id, const char* name) {
     if (id && (*id < 0 || static_cast<size_t>(*id) >= n))
@@ -311,13 +352,8 @@ bool Tokenizer::bpe_runs(const std::string& spelled, std::vector<TokenId>& out) 
   if (!merges_in_training_order_ || spelled.size() < kRunWordMin || vocab_.ignore_merges) {
     return false;
   }
-  struct Run {
-    TokenId id;
-    uint64_t n;
-  };
-  // The word as runs of one character (a symbol the vocabulary cannot spell is -1: it never
-  // merges and becomes the unknown token).
-  std::vector<Run> runs;
+  // The word as runs of one character.
+  std::vector<SymbolRun> runs;
   size_t symbols = 0;
   for (size_t pos = 0; pos < spelled.size();) {
     const size_t length = std::max<size_t>(1, utf8_sequence_length(spelled, pos));
@@ -336,58 +372,28 @@ bool Tokenizer::bpe_runs(const std::string& spelled, std::vector<TokenId>& out) 
     if (runs.size() * 16 > std::max(symbols, kRunWordMin)) return false;  // not run-like
     pos = end;
   }
-  const auto merge_of = [&](TokenId a, TokenId b) -> const MergeResult* {
-    if (a < 0 || b < 0) return nullptr;
-    const auto it = merges_.find(pair_key(a, b));
-    return it == merges_.end() ? nullptr : &it->second;
-  };
-  // Merge by rank: the lowest-ranked pair present, at every place at once, leftmost first where
-  // places overlap (a run "a a a" under (a, a) gives "aa a"), which is what the merge loop does
-  // when results only merge later (merges_in_training_order_).
+  // Merge by rank: the lowest-ranked pair present, at every place at once, which is what the
+  // merge loop does when results only merge later (merges_in_training_order_).
   for (;;) {
     const MergeResult* best = nullptr;
     TokenId left = -1, right = -1;
+    const auto consider = [&](TokenId a, TokenId b) {
+      if (a < 0 || b < 0) return;
+      const auto it = merges_.find(pair_key(a, b));
+      if (it != merges_.end() && (!best || it->second.rank < best->rank)) {
+        best = &it->second;
+        left = a;
+        right = b;
+      }
+    };
     for (size_t i = 0; i < runs.size(); ++i) {
-      const auto consider = [&](TokenId a, TokenId b) {
-        const MergeResult* m = merge_of(a, b);
-        if (m && (!best || m->rank < best->rank)) {
-          best = m;
-          left = a;
-          right = b;
-        }
-      };
       if (runs[i].n >= 2) consider(runs[i].id, runs[i].id);
       if (i + 1 < runs.size()) consider(runs[i].id, runs[i + 1].id);
     }
     if (!best) break;
-    std::vector<Run> next;
-    const auto push = [&](TokenId id, uint64_t n) {
-      if (n == 0) return;
-      if (!next.empty() && next.back().id == id) {
-        next.back().n += n;
-      } else {
-        next.push_back({id, n});
-      }
-    };
-    for (size_t i = 0; i < runs.size(); ++i) {
-      Run r = runs[i];
-      if (left == right) {
-        if (r.id == left) {
-          push(best->merged, r.n / 2);
-          push(left, r.n % 2);
-          continue;
-        }
-      } else if (r.id == left && i + 1 < runs.size() && runs[i + 1].id == right) {
-        push(left, r.n - 1);
-        push(best->merged, 1);
-        runs[i + 1].n -= 1;  // its first symbol went into the merge
-        continue;
-      }
-      push(r.id, r.n);
-    }
-    runs = std::move(next);
+    runs = merge_everywhere(runs, left, right, best->merged);
   }
-  for (const Run& r : runs) {
+  for (const SymbolRun& r : runs) {
     if (r.id < 0 && !vocab_.unk_id) continue;  // a character the vocabulary cannot spell
     out.insert(out.end(), r.n, r.id >= 0 ? r.id : *vocab_.unk_id);
   }
