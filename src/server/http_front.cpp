@@ -411,6 +411,7 @@ struct Front::Impl {
       return false;
     }
     if (c.phase == Phase::kIdle) {
+      c.req = Request{};  // a refusal of this head must not name the previous request's path
       c.phase = Phase::kHead;
       c.phase_since = now;
       // The first head's deadline runs from the connection's start.
