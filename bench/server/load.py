@@ -2,7 +2,7 @@
 """Load test of `steermoe serve`: N concurrent clients for S seconds (default 8 clients, 60 s)
 against the shipped model on loopback; half the requests stream. Prints JSON: requests/s,
 completed, 503s, malformed, p50/p99 latency of completed requests, and the server's RSS at
-start, after 5 s (warm) and at the end. Standard library only.
+start, after 5 s (warm), every 10 s and at the end. Standard library only.
 
   python3 bench/server/load.py [--steermoe build/steermoe] [--clients 8] [--seconds 60]
 """
@@ -83,8 +83,17 @@ def main():
 
     threads = [threading.Thread(target=client, args=(k,)) for k in range(a.clients)]
     t0 = time.time()
+    rss_over_time = []
+
+    def sample_rss():
+        while time.time() < t_end:
+            rss_over_time.append([round(time.time() - t0), rss_kb(srv.pid)])
+            time.sleep(10)
+
+    sampler = threading.Thread(target=sample_rss, daemon=True)
     for t in threads:
         t.start()
+    sampler.start()
     time.sleep(min(5.0, a.seconds / 2))
     rss_warm = rss_kb(srv.pid)  # after every engine buffer has been touched once
     for t in threads:
@@ -103,7 +112,7 @@ def main():
                       "malformed": stats["malformed"], "connection_errors": stats["errors"],
                       "latency_ms_p50": round(pct(0.5), 1), "latency_ms_p99": round(pct(0.99), 1),
                       "rss_kb_at_start": rss_before, "rss_kb_after_5s": rss_warm,
-                      "rss_kb_at_end": rss_after}, indent=1))
+                      "rss_kb_at_end": rss_after, "rss_kb_over_time": rss_over_time}, indent=1))
     sys.exit(1 if stats["malformed"] or stats["errors"] else 0)
 
 

@@ -9,8 +9,8 @@
 #include <string>
 
 #include "cli/commands.hpp"
-#include "common/output_file.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "model/weights.hpp"
 #include "model/weights_layout.hpp"
 #include "tokenizer/gguf_vocab.hpp"
@@ -36,6 +36,8 @@ void add_convert_command(CLI::App& root) {
                   "(dequantized)")
       ->capture_default_str();
   cmd->final_callback([o] {
+    // Written as "<output>.tmp" and renamed: never onto a device or pipe.
+    check_renamable_output(o->output);
     auto model = model::Model::load(o->model);
     std::optional<tokenizer::Vocabulary> vocab;
     try {
@@ -81,12 +83,13 @@ void add_convert_command(CLI::App& root) {
     }
     if (to_gguf) {
       // One file, written under a temporary name and renamed when complete (OutputFile).
-      model::write_model(model->config(), o->output, model::model_slot_source(*model, choose), extra);
+      model::write_model(model->config(), o->output, model::model_slot_source(*model, choose),
+                         extra);
     } else {
       // A folder staged next to the output, moved into place (config.json last) when complete.
       StagedDirectory staged(o->output, "config.json");
-      model::write_model(model->config(), staged.staging(), model::model_slot_source(*model, choose),
-                         extra);
+      model::write_model(model->config(), staged.staging(),
+                         model::model_slot_source(*model, choose), extra);
       if (vocab) tokenizer::write_hf_tokenizer(*vocab, staged.staging());
       staged.commit();
     }

@@ -10,8 +10,8 @@
 #include <string>
 
 #include "cli/commands.hpp"
-#include "common/output_file.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights_layout.hpp"
 #include "tokenizer/byte_level.hpp"
@@ -92,6 +92,8 @@ void add_make_model_command(CLI::App& root) {
                   "Keep only the first N layers (0: all; for machines with little memory)")
       ->check(CLI::Range(0, 1024));
   cmd->final_callback([o] {
+    // Written as "<output>.tmp" and renamed: never onto a device or pipe.
+    check_renamable_output(o->output);
     if (o->shape.empty() && o->config.empty())
       fail("make-model", "--shape/--config", "expected one of them");
     model::ModelConfig c =

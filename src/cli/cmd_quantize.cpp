@@ -9,6 +9,7 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "model/quant_mix.hpp"
 #include "model/weights.hpp"
 #include "model/weights_layout.hpp"
@@ -32,6 +33,8 @@ void add_quantize_command(CLI::App& root) {
       ->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output .gguf path")->required();
   cmd->final_callback([o] {
+    // Written as "<output>.tmp" and renamed: never onto a device or pipe.
+    check_renamable_output(o->output);
     const auto scheme = model::parse_quant_scheme(o->type);
     if (!scheme) {
       fail("--type", "scheme", "expected one of {}, found '{}'", model::quant_scheme_names(),

@@ -11,11 +11,27 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
+
+namespace {
+
+// llama-cli's sampling defaults (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05, a window
+// of 64 tokens for the penalties), with the repetition penalty at 1.1 (llama.cpp's default
+// until 2024; small models repeat themselves without it). --temp 0 is greedy.
+constexpr engine::SamplerParams kRunSampling{.temperature = 0.8f,
+                                             .top_k = 40,
+                                             .top_p = 0.95f,
+                                             .min_p = 0.05f,
+                                             .repetition_penalty = 1.1f,
+                                             .penalty_last_n = 64,
+                                             .seed = 0};
+
+}  // namespace
 
 void add_run_command(CLI::App& root) {
   struct Options {
@@ -24,9 +40,7 @@ void add_run_command(CLI::App& root) {
     int n_predict = 64;
     int threads = 1;
     int context = 0;
-    float temperature = 0.0f;
-    float top_p = 1.0f;
-    uint64_t seed = 0;
+    engine::SamplerParams sampling = kRunSampling;
     EngineOptions engine;
     bool ignore_eos = false;
   };
@@ -41,14 +55,39 @@ void add_run_command(CLI::App& root) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
       ->check(CLI::Range(0, 1 << 22));
-  cmd->add_option("--temp", o->temperature, "Sampling temperature (0: greedy)")
+  engine::SamplerParams& sp = o->sampling;
+  cmd->add_option("--temp", sp.temperature,
+                  "Sampling temperature (0: greedy, the argmax of the model's logits; the "
+                  "default repeat penalty is then off unless --repeat-penalty is given)")
       ->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-p", o->top_p, "Nucleus sampling: keep tokens up to this probability mass")
+  cmd->add_option("--top-k", sp.top_k, "Keep the K most likely tokens (0: all)")
+      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--top-p", sp.top_p, "Nucleus sampling: keep tokens up to this probability mass")
       ->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", o->seed, "Random seed for sampling");
+  cmd->add_option("--min-p", sp.min_p,
+                  "Drop tokens less likely than this fraction of the most likely one (0: off)")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", sp.repetition_penalty,
+                  "Penalize tokens among the last --repeat-last-n (1: off)")
+      ->check(CLI::Range(0.01, 10.0));
+  cmd->add_option("--repeat-last-n", sp.penalty_last_n,
+                  "Tokens (prompt and generated) the penalties look back on (-1: all, 0: none)")
+      ->check(CLI::Range(-1, 1 << 24));
+  cmd->add_option("--presence-penalty", sp.presence_penalty,
+                  "Subtracted from the logit of a token seen in that window")
+      ->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--frequency-penalty", sp.frequency_penalty,
+                  "Subtracted per occurrence in that window")
+      ->check(CLI::Range(-2.0, 2.0));
+  cmd->add_option("--seed", sp.seed, "Random seed for sampling (the same seed, the same text)");
   add_engine_options(cmd, o->engine);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
-  cmd->final_callback([o] {
+  cmd->final_callback([o, cmd] {
+    // Greedy means the model's own argmax, as `serve` gives for temperature 0; a repeat
+    // penalty asked for explicitly still applies.
+    if (o->sampling.temperature == 0.0f && cmd->count("--repeat-penalty") == 0) {
+      o->sampling.repetition_penalty = 1.0f;
+    }
     using Clock = std::chrono::steady_clock;
     const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
@@ -65,8 +104,8 @@ void add_run_command(CLI::App& root) {
       fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",
            prompt.size(), o->n_predict, engine.context());
     }
-    engine::Sampler sampler(model->config().vocab,
-                            {.temperature = o->temperature, .top_p = o->top_p, .seed = o->seed});
+    engine::Sampler sampler(model->config().vocab, o->sampling);
+    for (int32_t t : prompt) sampler.accept(t);  // the penalties look at the prompt too
     std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
     std::fflush(stdout);
     const auto t0 = Clock::now();
@@ -79,9 +118,10 @@ void add_run_command(CLI::App& root) {
     for (; generated < o->n_predict; ++generated) {
       const int32_t next = sampler.sample(logits);
       if (!o->ignore_eos && eos && next == *eos) break;
+      sampler.accept(next);
       const std::string piece = tok.token_bytes(next);
       std::fwrite(piece.data(), 1, piece.size(), stdout);
-      std::fflush(stdout);
+      check_stdout();  // stop at once when the text cannot be written
       if (generated + 1 < o->n_predict) logits = engine.decode(next);
     }
     const auto t2 = Clock::now();

@@ -1,4 +1,5 @@
 // `steermoe serve`: the OpenAI-compatible HTTP server (src/server/). This file only maps flags.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <csignal>
@@ -48,6 +49,7 @@ void add_serve_command(CLI::App& root) {
     std::string chat_template_file;
     std::string name;
     size_t max_body_mb = 8;
+    size_t max_buffered_mb = 64;
   };
   auto o = std::make_shared<Options>();
   server::ServerOptions& s = o->server;
@@ -67,13 +69,34 @@ void add_serve_command(CLI::App& root) {
   cmd->add_option("--queue", s.worker.queue_capacity,
                   "Requests that may wait for the engine; more get 503 + Retry-After")
       ->check(CLI::Range(1, 4096));
-  cmd->add_option("--max-body-mb", o->max_body_mb, "Largest request body in MiB (larger: 413)")
+  cmd->add_option("--max-body-mb", o->max_body_mb,
+                  "Largest request body in MiB; larger ones are refused by their Content-Length "
+                  "before they are read (413)")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--max-buffered-mb", o->max_buffered_mb,
+                  "Request bodies held in memory at once, all clients together, in MiB (at "
+                  "least --max-body-mb); a body that would exceed it: 503 + Retry-After")
+      ->check(CLI::Range(1, 65536));
   cmd->add_option("--timeout", s.read_timeout_s,
-                  "Seconds a client may stay silent mid-request (read and write timeout)")
+                  "Seconds for a request's whole head (from its first byte; late: 408 and "
+                  "closed); also the seconds a client may take no response bytes")
       ->check(CLI::Range(1, 3600));
-  cmd->add_option("--http-threads", s.http_threads, "Connection threads (0: queue + 8)")
-      ->check(CLI::Range(0, 4096));
+  cmd->add_option("--body-timeout", s.body_timeout_s,
+                  "Seconds for a request's whole body, from the end of its head (late: 408)")
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--keep-alive", s.keep_alive_s, "Seconds an idle connection is kept open")
+      ->check(CLI::Range(1, 3600));
+  cmd->add_option("--max-connections", s.max_connections,
+                  "Open connections, all clients; at the cap the oldest one without a request "
+                  "in flight is closed to make room")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--max-connections-per-ip", s.max_connections_per_address,
+                  "Open connections per client address (same rule, among that address's)")
+      ->check(CLI::Range(1, 65536));
+  cmd->add_option("--http-threads", s.http_threads,
+                  "Request handler threads (JSON parsing, tokenization, templates; 0: 2). "
+                  "Connections are served by one I/O thread")
+      ->check(CLI::Range(0, 256));
   cmd->add_option("--chat-template", o->chat_template_file,
                   "Jinja chat template file (overrides the model's)");
   cmd->add_option("--name", o->name, "Model name reported by /v1/models (default: folder name)");
@@ -90,6 +113,7 @@ void add_serve_command(CLI::App& root) {
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     so.write_timeout_s = so.read_timeout_s;
     so.max_body_bytes = o->max_body_mb << 20;
+    so.max_buffered_bytes = std::max(o->max_buffered_mb, o->max_body_mb) << 20;
     so.chat_template = o->chat_template_file.empty()
                            ? tok.vocabulary().chat_template
                            : read_file(o->chat_template_file, "--chat-template");

@@ -17,6 +17,7 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "eval/grid.hpp"
 
 namespace steermoe::cli {
@@ -73,13 +74,7 @@ json read_json(const fs::path& p) {
 }
 
 void write_json(const fs::path& p, const json& j) {
-  const fs::path tmp = p.string() + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << j.dump(1) << "\n";
-    if (!out) fail(tmp.string(), "write", "could not write");
-  }
-  fs::rename(tmp, p);
+  write_file_atomic(p, j.dump(1) + "\n");  // complete or absent; write errors checked
 }
 
 void run_sweep(const SweepCli& o) {

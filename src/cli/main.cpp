@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "common/interrupt.hpp"
+#include "common/output_file.hpp"
 #include "kernels/kernels.hpp"
 
 namespace {
@@ -47,6 +48,9 @@ int main(int argc, char** argv) {
   try {
     select_kernels();
     app.parse(argc, argv);
+    // Text on stdout (tokenize, perplexity, replay, ...) is output too: a write that failed
+    // (a full disk, a closed pipe) is an error, not a success.
+    steermoe::check_stdout();
   } catch (const CLI::ParseError& e) {
     // CLI11 uses its own exit codes (105, 106, ...) for parse errors; steermoe uses one rule.
     const int code = app.exit(e);

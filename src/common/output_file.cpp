@@ -1,9 +1,11 @@
 #include "common/output_file.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <system_error>
 
@@ -23,6 +25,33 @@ fs::path strip_slash(const fs::path& path) {
   return path.has_filename() ? path : path.parent_path();
 }
 
+// "a character device", ... for an existing path that is not a regular file or a folder; ""
+// otherwise (regular file, folder, nothing there).
+std::string special_kind(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return "";
+  if (S_ISCHR(st.st_mode)) return "a character device";
+  if (S_ISBLK(st.st_mode)) return "a block device";
+  if (S_ISFIFO(st.st_mode)) return "a FIFO";
+  if (S_ISSOCK(st.st_mode)) return "a socket";
+  return "";
+}
+
+void write_all(int fd, const fs::path& path, std::string_view bytes) {
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int saved = n < 0 ? errno : ENOSPC;
+      ::close(fd);
+      fail(path.string(), "output", "write failed ({})", std::strerror(saved));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::close(fd) != 0) fail(path.string(), "output", "close failed ({})", std::strerror(errno));
+}
+
 }  // namespace
 
 void create_output_directory(const fs::path& dir) {
@@ -36,28 +65,43 @@ void create_output_directory(const fs::path& dir) {
 }
 
 void write_file_atomic(const fs::path& path, std::string_view bytes) {
+  if (!special_kind(path).empty()) {
+    // A device or pipe: written where it is (O_TRUNC does nothing to it).
+    const int fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) fail(path.string(), "output", "cannot open ({})", std::strerror(errno));
+    write_all(fd, path, bytes);
+    return;
+  }
   StagedFile staged(path);
   const int fd = ::open(staged.temp_path().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) {
     fail(path.string(), "output", "cannot create {} ({})", staged.temp_path().string(),
          std::strerror(errno));
   }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const int saved = errno;
-      ::close(fd);
-      fail(path.string(), "output", "write failed ({})", std::strerror(saved));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::close(fd) != 0) fail(path.string(), "output", "close failed ({})", std::strerror(errno));
+  write_all(fd, path, bytes);
   staged.commit();
 }
 
+void check_renamable_output(const fs::path& path) {
+  const std::string kind = special_kind(path);
+  if (!kind.empty()) {
+    fail(path.string(), "output",
+         "expected a regular file or a new name, found {} (this output is written under a "
+         "temporary name and renamed into place, which would replace it)",
+         kind);
+  }
+}
+
+void check_stdout() {
+  errno = 0;
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) {
+    fail("stdout", "output", "write failed ({})",
+         errno != 0 ? std::strerror(errno) : "an earlier write failed");
+  }
+}
+
 StagedFile::StagedFile(fs::path path) : path_(std::move(path)), temp_(partial_name(path_)) {
+  check_renamable_output(path_);
   const fs::path parent = path_.parent_path();
   if (!parent.empty()) {
     std::error_code ec;

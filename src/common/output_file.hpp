@@ -13,8 +13,20 @@
 
 namespace steermoe {
 
-// Writes `bytes` to `path` atomically (temporary file, fsync, rename).
+// Writes `bytes` to `path` atomically (temporary file, rename). A path that names an existing
+// device, FIFO or socket (/dev/stdout, /dev/full, a pipe) is written in place instead: renaming
+// onto it would replace the device. Every write and the close are checked: Error
+// "<path>: output: write failed (No space left on device)".
 void write_file_atomic(const std::filesystem::path& path, std::string_view bytes);
+
+// Error "<path>: output: ..." when `path` exists and is not a regular file (a device, FIFO,
+// socket or folder): for outputs written under a temporary name and renamed into place, which
+// would replace it.
+void check_renamable_output(const std::filesystem::path& path);
+
+// Error "stdout: output: write failed (...)" if anything written to stdout could not be
+// (a full disk, a closed pipe). Call once at the end, after the last write.
+void check_stdout();
 
 // Creates `dir` and its parents; Error "<dir>: output: cannot create the folder (...)" when it
 // cannot (a file is in the way, no permission, ...).

@@ -68,109 +68,139 @@ size_t stop_holdback(const std::string& text, const std::vector<std::string>& st
   return hold;
 }
 
-void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job) {
-  const auto t_start = Clock::now();
+namespace {
+
+// The prompt through the engine: one prefill, or chunks with every position's logits when the
+// prompt is scored (echo + logprobs). Leaves the last position's logits in `last`.
+void process_prompt(engine::Engine& engine, int chunk, Job& job, std::vector<float>& last,
+                    std::vector<int32_t>& scratch) {
   const SamplingOptions& o = job.options;
+  const std::vector<int32_t>& prompt = job.prompt;
+  const size_t V = last.size();
+  if (!(o.echo && o.logprobs >= 0)) {
+    std::span<const float> l = engine.prefill(prompt);
+    std::copy(l.begin(), l.end(), last.begin());
+    return;
+  }
+  std::vector<ScoredToken> scored(prompt.size());
+  scored[0].id = prompt[0];
+  std::vector<float> rows(static_cast<size_t>(chunk) * V);
+  for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
+    if (job.cancelled.load()) break;
+    const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
+    std::span<float> out(rows.data(), n * V);
+    engine.prefill(std::span<const int32_t>(prompt).subspan(begin, n), out);
+    for (size_t i = 0; i < n; ++i) {
+      const size_t pos = begin + i;  // row pos predicts prompt[pos + 1]
+      std::span<const float> row = out.subspan(i * V, V);
+      if (pos + 1 < prompt.size()) {
+        scored[pos + 1] = score(row, prompt[pos + 1], o.logprobs, scratch);
+      } else {
+        std::copy(row.begin(), row.end(), last.begin());
+      }
+    }
+  }
+  std::lock_guard lock(job.mu);
+  job.prompt_tokens = std::move(scored);
+}
+
+engine::SamplerParams sampler_params(const SamplingOptions& o) {
+  return {.temperature = o.temperature,
+          .top_k = o.top_k,
+          .top_p = o.top_p,
+          .min_p = o.min_p,
+          .repetition_penalty = o.repetition_penalty,
+          .presence_penalty = o.presence_penalty,
+          .frequency_penalty = o.frequency_penalty,
+          .penalty_last_n = o.penalty_last_n,
+          .seed = o.seed};
+}
+
+// Appends one generated token and its text; true if a stop string ended the text.
+bool add_token(const tokenizer::Tokenizer& tok, Job& job, ScoredToken t, size_t max_stop) {
+  const SamplingOptions& o = job.options;
+  bool stopped = false;
+  {
+    std::lock_guard lock(job.mu);
+    const size_t before = job.text.size();
+    job.text += tok.token_bytes(t.id);
+    job.generated.push_back(std::move(t));
+    const size_t from = before >= max_stop ? before - max_stop + 1 : 0;
+    const size_t at = o.stop.empty() ? std::string::npos : find_stop(job.text, o.stop, from);
+    if (at != std::string::npos) {
+      job.text.resize(at);
+      stopped = true;
+    }
+    size_t safe = job.text.size();
+    if (!stopped) {
+      safe -= stop_holdback(job.text, o.stop);
+      safe = complete_prefix(std::string_view(job.text).substr(0, safe));
+    }
+    job.safe_bytes = std::max(job.safe_bytes, safe);
+    job.safe_tokens = job.generated.size();
+  }
+  job.notify();
+  return stopped;
+}
+
+// Samples up to max_tokens tokens after the prompt; returns the finish reason.
+std::string generate(engine::Engine& engine, const tokenizer::Tokenizer& tok, Job& job,
+                     std::span<const float> logits, std::vector<int32_t>& scratch, int& decoded,
+                     const TokenHook& hook) {
+  const SamplingOptions& o = job.options;
+  const int room = engine.context() - static_cast<int>(job.prompt.size());
+  const int max_new = std::max(0, std::min(o.max_tokens, room));
+  const std::optional<int32_t> eos = tok.eos();
+  engine::Sampler sampler(engine.config().vocab, sampler_params(o));
+  for (int32_t t : job.prompt) sampler.accept(t);  // the penalties look at the prompt too
+  size_t max_stop = 0;
+  for (const std::string& s : o.stop) max_stop = std::max(max_stop, s.size());
+  for (int i = 0; i < max_new; ++i) {
+    if (job.cancelled.load()) return "cancelled";
+    const int32_t id = sampler.sample(logits);
+    ScoredToken t = o.logprobs >= 0 ? score(logits, id, o.logprobs, scratch) : ScoredToken{id};
+    if (!o.ignore_eos && eos && id == *eos) {
+      // The end-of-sequence token belongs to the completion (its logprob is reported and it
+      // counts in usage, as vLLM does: lm-eval takes the last logprobs entry for the
+      // generated token) but not to its text.
+      std::lock_guard lock(job.mu);
+      job.generated.push_back(std::move(t));
+      return "stop";
+    }
+    if (add_token(tok, job, std::move(t), max_stop)) return "stop";
+    sampler.accept(id);
+    if (i + 1 < max_new) {
+      logits = engine.decode(id);
+      ++decoded;
+      if (hook) hook(engine, false);
+    }
+  }
+  return "length";  // max_tokens reached, or the context is full
+}
+
+}  // namespace
+
+void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job,
+             const TokenHook& hook) {
+  const auto t_start = Clock::now();
   try {
-    const auto V = static_cast<size_t>(engine.config().vocab);
-    const std::vector<int32_t>& prompt = job.prompt;
-    SM_ASSERT(!prompt.empty() && chunk > 0);
+    SM_ASSERT(!job.prompt.empty() && chunk > 0);
     std::vector<int32_t> scratch;
     engine.reset();
     const CopyCounters copies_before = read_copy_counters(engine);
-
-    // Prompt: one prefill, or chunks with every position's logits when the prompt is scored.
-    std::vector<float> last(V);
-    if (o.echo && o.logprobs >= 0) {
-      std::vector<ScoredToken> scored(prompt.size());
-      scored[0].id = prompt[0];
-      std::vector<float> rows(static_cast<size_t>(chunk) * V);
-      for (size_t begin = 0; begin < prompt.size(); begin += static_cast<size_t>(chunk)) {
-        if (job.cancelled.load()) break;
-        const size_t n = std::min(prompt.size() - begin, static_cast<size_t>(chunk));
-        std::span<float> out(rows.data(), n * V);
-        engine.prefill(std::span<const int32_t>(prompt).subspan(begin, n), out);
-        for (size_t i = 0; i < n; ++i) {
-          const size_t pos = begin + i;  // row pos predicts prompt[pos + 1]
-          std::span<const float> row = out.subspan(i * V, V);
-          if (pos + 1 < prompt.size()) {
-            scored[pos + 1] = score(row, prompt[pos + 1], o.logprobs, scratch);
-          } else {
-            std::copy(row.begin(), row.end(), last.begin());
-          }
-        }
-      }
-      std::lock_guard lock(job.mu);
-      job.prompt_tokens = std::move(scored);
-    } else {
-      std::span<const float> l = engine.prefill(prompt);
-      std::copy(l.begin(), l.end(), last.begin());
-    }
+    std::vector<float> last(static_cast<size_t>(engine.config().vocab));
+    process_prompt(engine, chunk, job, last, scratch);
+    if (hook) hook(engine, false);
     {
       std::lock_guard lock(job.mu);
       job.prompt_ms = ms_since(t_start);
       job.prompt_done = true;
     }
-    job.changed.notify_all();
-
-    // Generation.
-    const int room = engine.context() - static_cast<int>(prompt.size());
-    const int max_new = std::max(0, std::min(o.max_tokens, room));
-    const std::optional<int32_t> eos = tok.eos();
-    engine::Sampler sampler(static_cast<int>(V),
-                            {.temperature = o.temperature, .top_p = o.top_p, .seed = o.seed});
-    size_t max_stop = 0;
-    for (const std::string& s : o.stop) max_stop = std::max(max_stop, s.size());
-    std::span<const float> logits(last);
-    std::string finish = "length";  // max_tokens reached, or the context is full
+    job.notify();
     const auto t_decode = Clock::now();
     int decoded = 0;
-    for (int i = 0; i < max_new; ++i) {
-      if (job.cancelled.load()) {
-        finish = "cancelled";
-        break;
-      }
-      const int32_t id = sampler.sample(logits);
-      if (!o.ignore_eos && eos && id == *eos) {
-        finish = "stop";
-        break;
-      }
-      ScoredToken t;
-      if (o.logprobs >= 0) {
-        t = score(logits, id, o.logprobs, scratch);
-      } else {
-        t.id = id;
-      }
-      bool stopped = false;
-      {
-        std::lock_guard lock(job.mu);
-        const size_t before = job.text.size();
-        job.text += tok.token_bytes(id);
-        job.generated.push_back(std::move(t));
-        const size_t from = before >= max_stop ? before - max_stop + 1 : 0;
-        const size_t at = o.stop.empty() ? std::string::npos : find_stop(job.text, o.stop, from);
-        if (at != std::string::npos) {
-          job.text.resize(at);
-          stopped = true;
-        }
-        size_t safe = job.text.size();
-        if (!stopped) {
-          safe -= stop_holdback(job.text, o.stop);
-          safe = complete_prefix(std::string_view(job.text).substr(0, safe));
-        }
-        job.safe_bytes = std::max(job.safe_bytes, safe);
-        job.safe_tokens = job.generated.size();
-      }
-      job.changed.notify_all();
-      if (stopped) {
-        finish = "stop";
-        break;
-      }
-      if (i + 1 < max_new) {
-        logits = engine.decode(id);
-        ++decoded;
-      }
-    }
+    const std::string finish = generate(engine, tok, job, last, scratch, decoded, hook);
+    if (hook) hook(engine, true);
     const CopyCounters copies_after = read_copy_counters(engine);
     std::lock_guard lock(job.mu);
     job.decode_ms = ms_since(t_decode);
@@ -186,7 +216,7 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
     job.error = e.what();
     job.done = true;
   }
-  job.changed.notify_all();
+  job.notify();
 }
 
 }  // namespace steermoe::server

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -18,10 +19,18 @@
 
 namespace steermoe::server {
 
+// What a request asks of the sampler (engine/sampler.hpp has the rules); the defaults are
+// OpenAI's: temperature 1, everything else off.
 struct SamplingOptions {
   int max_tokens = 16;       // new tokens (0: none; only the prompt is processed)
   float temperature = 1.0f;  // 0: greedy
   float top_p = 1.0f;
+  int top_k = 0;  // 0: off
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int penalty_last_n = 64;  // tokens (prompt and generated) the penalties look back on
   uint64_t seed = 0;
   std::vector<std::string> stop;  // generation ends before the first occurrence of any
   int logprobs = -1;              // -1: no logprobs; N >= 0: the N most likely alternatives
@@ -51,6 +60,9 @@ struct Job {
   int cache_slots = -1;  // -1 = the server's default
 
   std::atomic<bool> cancelled{false};
+  // Called (on the engine thread) after every update, with `changed`: wakes the HTTP front end.
+  // Set before submission.
+  std::function<void()> on_change;
   std::chrono::steady_clock::time_point submitted = std::chrono::steady_clock::now();
 
   // Output, guarded by `mu`; `changed` is notified after every update.
@@ -71,12 +83,22 @@ struct Job {
   double queue_ms = 0.0, prompt_ms = 0.0, decode_ms = 0.0;
   int decoded = 0;  // tokens fed back through decode()
   CopyCounters copies;
+
+  void notify() {
+    changed.notify_all();
+    if (on_change) on_change();
+  }
 };
+
+// Called on the engine's thread after the prompt, after every generated token and at the end
+// (`final`): the engine may be read then (the live cache view).
+using TokenHook = std::function<void(const engine::Engine&, bool final)>;
 
 // Runs `job` on `engine` (which the caller has set up for the job's policy). `chunk` is the
 // prompt batch size used when prompt logits are needed (use the engine's max_batch, so scoring
 // in chunks sees the same batches as one prefill). Never throws: errors land in job.error.
-void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job);
+void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job,
+             const TokenHook& hook = {});
 
 // Position of the first occurrence of any stop string in `text` at or after `from`, or npos.
 size_t find_stop(const std::string& text, const std::vector<std::string>& stops, size_t from);

@@ -1,18 +1,20 @@
 #include "server/http_server.hpp"
 
-#include <httplib.h>
-
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
 #include <set>
-#include <thread>
 
 #include "common/error.hpp"
+#include "server/http_front.hpp"
+#include "server/job_response.hpp"
+#include "server/metrics.hpp"
 #include "server/protocol.hpp"
+#include "server/static_files.hpp"
 #include "server/utf8.hpp"
 #include "template/jinja.hpp"
 
@@ -27,8 +29,6 @@ const char* const kChatMlTemplate =
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 // Equal-time comparison: the work depends only on the expected key's length.
 bool same_secret(const std::string& given, const std::string& expected) {
   unsigned diff = given.size() == expected.size() ? 0u : 1u;
@@ -38,15 +38,6 @@ bool same_secret(const std::string& given, const std::string& expected) {
   }
   return diff == 0;
 }
-
-struct Metrics {
-  std::mutex mu;
-  std::map<std::pair<std::string, int>, int64_t> requests;  // (path, status) -> count
-  std::atomic<int64_t> rejected{0}, cancelled{0}, prompt_tokens{0}, generated_tokens{0},
-      decode_tokens{0}, copies_demand{0}, copies_prefetch{0};
-  std::atomic<int64_t> decode_us{0}, prompt_us{0};
-  std::atomic<int64_t> in_flight{0};
-};
 
 std::string random_id(const char* prefix) {
   static std::atomic<uint64_t> counter{0};
@@ -60,18 +51,39 @@ int64_t unix_now() {
       .count();
 }
 
-void send_json(httplib::Response& res, int status, const json& body) {
-  res.status = status;
-  res.set_content(dump(body), "application/json");
+http::Response json_response(int status, const json& body) {
+  http::Response r;
+  r.status = status;
+  r.body = dump(body);
+  return r;
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
-  send_json(res, e.status, error_body(e.what(), e.type, e.param, e.code));
+http::Response error_response(const ApiError& e) {
+  http::Response r = json_response(e.status, error_body(e.what(), e.type, e.param, e.code));
+  if (e.status == 503) r.fields.emplace_back("Retry-After", "1");
+  return r;
+}
+
+const char* error_type(int status) {
+  if (status >= 500) return "server_error";
+  return "invalid_request_error";
+}
+
+// Frees a request body once it has been parsed (it may be megabytes).
+void drop_body(http::Request& req) {
+  std::string().swap(req.body);
 }
 
 }  // namespace
 
 struct HttpServer::Impl {
+  using RouteFn = std::function<http::Response(http::Request&)>;
+  struct Route {
+    std::string method;  // GET or POST (GET routes answer HEAD too)
+    bool open = false;   // no API key needed
+    RouteFn fn;
+  };
+
   const model::Model& model;
   const tokenizer::Tokenizer& tok;
   ServerOptions options;
@@ -80,8 +92,12 @@ struct HttpServer::Impl {
   std::string chat_template_source;
   ProtocolLimits limits;
   Metrics metrics;
-  httplib::Server http;
   std::string bos_text, eos_text;
+  std::map<std::string, Route> routes;
+  std::vector<std::string> chat_stops;  // end-of-turn markers of the chat template
+  std::mutex warned_mu;
+  std::set<std::string> warned;  // ignored fields already logged
+  std::unique_ptr<http::Front> front;
 
   Impl(const model::Model& m, const tokenizer::Tokenizer& t, ServerOptions o)
       : model(m),
@@ -93,9 +109,140 @@ struct HttpServer::Impl {
                                                            : options.chat_template) {
     limits.context = worker.context();
     limits.vocab = m.config().vocab;
+    for (size_t id = 0; id < tok.size(); ++id) {
+      limits.max_token_bytes =
+          std::max(limits.max_token_bytes, tok.token_bytes(static_cast<int32_t>(id)).size());
+    }
     if (tok.bos()) bos_text = tok.token_bytes(*tok.bos());
     if (tok.eos()) eos_text = tok.token_bytes(*tok.eos());
-    setup();
+    // A chat answer ends at the template's end-of-turn marker, or where the model starts a
+    // new turn: it has finished its own (as text or as a special token).
+    for (const char* marker : {"<|im_end|>", "<|im_start|>", "<|eot_id|>", "<|end|>",
+                               "<end_of_turn>", "<|end_of_text|>", "<|eom_id|>"}) {
+      if (chat_template_source.find(marker) != std::string::npos &&
+          std::string(marker) != eos_text) {
+        chat_stops.emplace_back(marker);
+      }
+    }
+    add_routes();
+    front = std::make_unique<http::Front>(
+        front_options(), [this](const http::Request& r) { return admit(r); },
+        [this](http::Request& r) { return handle(r); },
+        [this](const http::Request& r, int status) { observe(r, status); },
+        [](int status, const std::string& message) {
+          return dump(error_body(message, error_type(status)));
+        });
+  }
+
+  http::FrontOptions front_options() const {
+    http::FrontOptions f;
+    f.host = options.host;
+    f.port = options.port;
+    f.max_body_bytes = options.max_body_bytes;
+    f.max_buffered_bytes = std::max(options.max_buffered_bytes, options.max_body_bytes);
+    f.head_timeout_ms = options.read_timeout_s * 1000;
+    f.body_timeout_ms = options.body_timeout_s * 1000;
+    f.write_timeout_ms = options.write_timeout_s * 1000;
+    f.keep_alive_ms = options.keep_alive_s * 1000;
+    f.probe_interval_ms = options.probe_interval_ms;
+    f.max_connections = options.max_connections;
+    f.max_connections_per_address = options.max_connections_per_address;
+    f.handler_threads = options.http_threads > 0 ? options.http_threads : 2;
+    return f;
+  }
+
+  // --- routing -------------------------------------------------------------------------------
+
+  const Route* find_route(const std::string& path) const {
+    const auto it = routes.find(path);
+    if (it != routes.end()) return &it->second;
+    for (const char* prefix : {"/v1/models/", "/models/"}) {
+      if (path.rfind(prefix, 0) == 0 && path.size() > std::string_view(prefix).size()) {
+        return &routes.at("/v1/models/{id}");
+      }
+    }
+    return nullptr;
+  }
+
+  bool authorized(const http::Request& req) const {
+    if (options.api_key.empty()) return true;
+    const std::string* auth = req.field("authorization");
+    const std::string prefix = "Bearer ";
+    const std::string given =
+        auth && auth->rfind(prefix, 0) == 0 ? auth->substr(prefix.size()) : std::string();
+    return same_secret(given, options.api_key);
+  }
+
+  // Before the body is read: unknown path, wrong method, missing key.
+  std::optional<http::Response> admit(const http::Request& req) const {
+    const Route* route = find_route(req.path);
+    if (route == nullptr) {
+      return error_response(
+          ApiError(404, "no such endpoint: " + req.path, "", "invalid_request_error", "not_found"));
+    }
+    if (req.method != route->method && !(req.method == "HEAD" && route->method == "GET")) {
+      http::Response r =
+          error_response(ApiError(405, fmt::format("{} {} is not supported (use {})", req.method,
+                                                   req.path, route->method)));
+      r.fields.emplace_back("Allow", route->method == "GET" ? "GET, HEAD" : route->method);
+      return r;
+    }
+    if (!route->open && !authorized(req)) {
+      return error_response(ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)",
+                                     "", "invalid_request_error", "invalid_api_key"));
+    }
+    return std::nullopt;
+  }
+
+  // On a handler thread: ApiError -> its status; steermoe::Error -> 400; anything else -> 500.
+  http::Response handle(http::Request& req) {
+    const Route* route = find_route(req.path);
+    try {
+      return route->fn(req);
+    } catch (const ApiError& e) {
+      return error_response(e);
+    } catch (const steermoe::Error& e) {
+      return error_response(ApiError(400, e.what()));
+    } catch (const std::bad_alloc&) {
+      return error_response(ApiError(503, "out of memory while handling the request", "",
+                                     "server_error", "out_of_memory"));
+    } catch (const std::exception& e) {
+      return error_response(
+          ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+    }
+  }
+
+  void observe(const http::Request& req, int status) {
+    metrics.count(req.path, status);
+    if (!options.quiet) {
+      std::fprintf(stderr, "%s %s %d\n", req.method.empty() ? "-" : req.method.c_str(),
+                   req.path.empty() ? "-" : req.path.c_str(), status);
+    }
+  }
+
+  // --- request checks ----------------------------------------------------------------------
+
+  // The `model` field, when given, must name the served model (OpenAI answers 404).
+  void check_model(const std::string& model_field) const {
+    if (model_field.empty() || model_field == options.model_name) return;
+    throw ApiError(404,
+                   fmt::format("the model '{}' does not exist (this server serves '{}')",
+                               model_field, options.model_name),
+                   "model", "invalid_request_error", "model_not_found");
+  }
+
+  // Fields accepted without effect: logged once per name (not per request: no log flood).
+  void warn_ignored(const std::vector<std::string>& fields) {
+    if (fields.empty() || options.quiet) return;
+    std::lock_guard lock(warned_mu);
+    for (const std::string& f : fields) {
+      if (warned.insert(f).second) {
+        std::fprintf(stderr,
+                     "warning: request field '%s' is accepted and ignored (it has no effect "
+                     "here); logged once\n",
+                     f.c_str());
+      }
+    }
   }
 
   // --- one request on the worker -----------------------------------------------------------
@@ -116,178 +263,49 @@ struct HttpServer::Impl {
       job->options = o;
       job->policy = x.policy;
       job->cache_slots = x.cache;
+      http::Front* f = front.get();
+      job->on_change = [f] { f->wake(); };
       jobs.push_back(std::move(job));
     }
     return jobs;
   }
 
-  void submit(const std::vector<std::shared_ptr<Job>>& jobs, httplib::Response& res) {
+  void submit(const std::vector<std::shared_ptr<Job>>& jobs) {
     if (!worker.submit(jobs)) {
       metrics.rejected++;
-      res.set_header("Retry-After", "1");
       throw ApiError(503, "the server is busy (request queue full), retry later", "",
                      "server_overloaded", "queue_full");
     }
   }
 
-  void account(const Job& job) {
-    metrics.prompt_tokens += static_cast<int64_t>(job.prompt.size());
-    metrics.generated_tokens += static_cast<int64_t>(job.generated.size());
-    metrics.decode_tokens += job.decoded;
-    metrics.decode_us += static_cast<int64_t>(job.decode_ms * 1e3);
-    metrics.prompt_us += static_cast<int64_t>(job.prompt_ms * 1e3);
-    metrics.copies_demand += job.copies.demand;
-    metrics.copies_prefetch += job.copies.prefetch;
-  }
-
-  void cancel(const std::vector<std::shared_ptr<Job>>& jobs) {
-    bool first = true;
-    for (const auto& j : jobs) {
-      if (j->cancelled.exchange(true)) first = false;
-    }
-    if (first) metrics.cancelled++;
-  }
-
-  // Waits for `pred` on the job; false if the client went away (the jobs are cancelled).
-  template <typename Pred>
-  bool wait(Job& job, std::unique_lock<std::mutex>& lock, httplib::DataSink& sink,
-            const std::vector<std::shared_ptr<Job>>& jobs, Pred pred) {
-    while (!pred()) {
-      if (job.changed.wait_for(lock, std::chrono::milliseconds(50), pred)) break;
-      lock.unlock();
-      const bool alive = sink.is_writable();
-      lock.lock();
-      if (!alive) {
-        cancel(jobs);
-        return false;
-      }
-    }
-    return true;
-  }
-
-  // Non-streaming: the body is written once every job is done; while waiting, the connection is
-  // watched so that a client who hangs up cancels its request.
-  void respond_when_done(httplib::Response& res, std::vector<std::shared_ptr<Job>> jobs,
-                         std::function<json(const std::vector<const Job*>&)> build) {
-    res.status = 200;
-    res.set_chunked_content_provider(
-        "application/json", [this, jobs, build](size_t, httplib::DataSink& sink) {
-          for (const auto& j : jobs) {
-            std::unique_lock lock(j->mu);
-            if (!wait(*j, lock, sink, jobs, [&] { return j->done; })) return false;
-          }
-          std::vector<const Job*> view;
-          for (const auto& j : jobs) {
-            account(*j);
-            if (!j->error.empty()) {
-              const std::string body =
-                  dump(error_body("the engine failed: " + j->error, "server_error"));
-              sink.write(body.data(), body.size());
-              sink.done();
-              return true;
-            }
-            view.push_back(j.get());
-          }
-          std::string body;
-          try {
-            body = dump(build(view));
-          } catch (const std::exception& e) {
-            body = dump(error_body(std::string("could not build the response: ") + e.what(),
-                                   "server_error"));
-          }
-          if (!sink.write(body.data(), body.size())) return false;
-          sink.done();
-          return true;
-        });
-  }
-
-  // Streaming: server-sent events as tokens become safe to show; `chunk` builds one event from
-  // (job index, text delta, generated token range, finish reason or "").
-  struct StreamState {
-    size_t job = 0;
-    size_t bytes = 0;   // text bytes of the current job already sent
-    size_t tokens = 0;  // generated tokens of the current job already sent
-    bool opened = false;
-    bool finished = false;
-  };
-  // (job index, job, first event of this job, text delta, generated tokens [from, to), finish
-  // reason or "") -> one event.
-  using ChunkFn = std::function<std::string(size_t, const Job&, bool, const std::string&, size_t,
-                                            size_t, const std::string&)>;
-
-  void respond_streaming(httplib::Response& res, std::vector<std::shared_ptr<Job>> jobs,
-                         ChunkFn chunk, std::function<std::string()> tail) {
-    res.status = 200;
-    res.set_header("Cache-Control", "no-cache");
-    auto state = std::make_shared<StreamState>();
-    res.set_chunked_content_provider(
-        "text/event-stream", [this, jobs, chunk, tail, state](size_t, httplib::DataSink& sink) {
-          StreamState& s = *state;
-          if (s.finished) {
-            sink.done();
-            return true;
-          }
-          Job& job = *jobs[s.job];
-          std::string out;
-          {
-            std::unique_lock lock(job.mu);
-            auto progress = [&] {
-              return job.done || job.safe_bytes > s.bytes || job.safe_tokens > s.tokens ||
-                     // The opening chunk carries the echoed prompt's logprobs: only once
-                     // the prompt has been scored.
-                     (job.prompt_done && !s.opened);
-            };
-            if (!wait(job, lock, sink, jobs, progress)) return false;
-            if (!job.error.empty()) {
-              out = sse(error_body("the engine failed: " + job.error, "server_error"));
-              s.finished = true;
-            } else {
-              const std::string delta = job.text.substr(s.bytes, job.safe_bytes - s.bytes);
-              const size_t from = s.tokens, to = job.safe_tokens;
-              const bool opening = !s.opened;
-              s.opened = true;
-              if (opening || !delta.empty() || to > from) {
-                out += chunk(s.job, job, opening, delta, from, to, "");
-              }
-              s.bytes = job.safe_bytes;
-              s.tokens = to;
-              if (job.done) {
-                out += chunk(s.job, job, false, "", to, to, job.finish_reason);
-              }
-            }
-            if (job.done) {
-              lock.unlock();
-              account(job);
-              if (!s.finished && ++s.job == jobs.size()) s.finished = true;
-              s.bytes = s.tokens = 0;
-              s.opened = false;
-            }
-          }
-          if (s.finished) out += tail() + "data: [DONE]\n\n";
-          if (!out.empty() && !sink.write(out.data(), out.size())) {
-            cancel(jobs);
-            return false;
-          }
-          if (s.finished) sink.done();
-          return true;
-        });
+  JobHooks hooks() {
+    return {[this](const Job& job) { metrics.account(job); }, [this] { metrics.cancelled++; }};
   }
 
   // --- endpoints -----------------------------------------------------------------------------
 
-  void completions(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req.body, limits);
-    CompletionRequest r = parse_completion(body, tok, limits);
+  http::Response completions(http::Request& req) {
+    CompletionRequest r;
+    {
+      const json body = parse_body(req.body, limits);
+      drop_body(req);
+      r = parse_completion(body, tok, limits);
+    }
+    check_model(r.extras.model);
+    warn_ignored(r.extras.ignored);
     auto jobs = make_jobs(r.prompts, r.options, r.extras);
-    submit(jobs, res);
-    ResponseMeta meta{random_id("cmpl-"),
-                      r.extras.model.empty() ? options.model_name : r.extras.model, unix_now()};
+    submit(jobs);
+    const ResponseMeta meta{random_id("cmpl-"), options.model_name, unix_now()};
     const SamplingOptions opts = r.options;
+    http::Response res;
     if (!r.extras.stream) {
-      respond_when_done(res, jobs, [this, opts, meta](const std::vector<const Job*>& view) {
-        return completion_response(view, tok, opts, meta);
-      });
-      return;
+      res.pending = json_when_done(
+          jobs,
+          [this, opts, meta](const std::vector<const Job*>& view) {
+            return completion_response(view, tok, opts, meta);
+          },
+          hooks());
+      return res;
     }
     auto offsets = std::make_shared<std::vector<size_t>>(jobs.size(), 0);
     auto chunk = [this, opts, meta, offsets](size_t index, const Job& job, bool first,
@@ -312,17 +330,22 @@ struct HttpServer::Impl {
       return sse(c);
     };
     const bool include_usage = r.extras.include_usage;
-    respond_streaming(res, jobs, chunk, [jobs, meta, include_usage] {
-      if (!include_usage) return std::string();
-      std::vector<const Job*> view;
-      for (const auto& j : jobs) view.push_back(j.get());
-      return sse({{"id", meta.id},
-                  {"object", "text_completion"},
-                  {"created", meta.created},
-                  {"model", meta.model},
-                  {"choices", json::array()},
-                  {"usage", usage(view)}});
-    });
+    res.content_type = "text/event-stream";
+    res.pending = event_stream(
+        jobs, chunk,
+        [jobs, meta, include_usage] {
+          if (!include_usage) return std::string();
+          std::vector<const Job*> view;
+          for (const auto& j : jobs) view.push_back(j.get());
+          return sse({{"id", meta.id},
+                      {"object", "text_completion"},
+                      {"created", meta.created},
+                      {"model", meta.model},
+                      {"choices", json::array()},
+                      {"usage", usage(view)}});
+        },
+        hooks());
+    return res;
   }
 
   std::string render_chat(const ChatRequest& r) const {
@@ -339,25 +362,38 @@ struct HttpServer::Impl {
     }
   }
 
-  void chat(const httplib::Request& req, httplib::Response& res) {
-    const json body = parse_body(req.body, limits);
-    ChatRequest r = parse_chat(body, limits);
+  http::Response chat(http::Request& req) {
+    ChatRequest r;
+    {
+      const json body = parse_body(req.body, limits);
+      drop_body(req);
+      r = parse_chat(body, limits);
+    }
+    check_model(r.extras.model);
+    warn_ignored(r.extras.ignored);
+    for (const std::string& stop : chat_stops) r.options.stop.push_back(stop);
     const std::string prompt_text = render_chat(r);
+    check_text_fits(prompt_text, limits, "messages");
     std::vector<int32_t> ids = check_prompt(
         tok.encode(prompt_text, {.parse_special = true, .add_special = false}), limits, "messages");
-    // Room for the answer: the default max_tokens is whatever the context leaves.
-    r.options.max_tokens =
-        std::min(r.options.max_tokens, limits.context - static_cast<int>(ids.size()));
+    // Without max_tokens the answer may fill what the context leaves (at least one token).
+    if (!r.max_tokens_given) {
+      r.options.max_tokens = std::max(1, limits.context - static_cast<int>(ids.size()));
+    }
+    check_room(ids.size(), r.options.max_tokens, limits, "messages");
     auto jobs = make_jobs({ids}, r.options, r.extras);
-    submit(jobs, res);
-    ResponseMeta meta{random_id("chatcmpl-"),
-                      r.extras.model.empty() ? options.model_name : r.extras.model, unix_now()};
+    submit(jobs);
+    const ResponseMeta meta{random_id("chatcmpl-"), options.model_name, unix_now()};
     auto request = std::make_shared<ChatRequest>(std::move(r));
+    http::Response res;
     if (!request->extras.stream) {
-      respond_when_done(res, jobs, [this, request, meta](const std::vector<const Job*>& view) {
-        return chat_response(*view[0], tok, *request, meta);
-      });
-      return;
+      res.pending = json_when_done(
+          jobs,
+          [this, request, meta](const std::vector<const Job*>& view) {
+            return chat_response(*view[0], tok, *request, meta);
+          },
+          hooks());
+      return res;
     }
     auto chunk = [this, request, meta](size_t, const Job& job, bool first, const std::string& delta,
                                        size_t from, size_t to, const std::string& finish) {
@@ -380,19 +416,25 @@ struct HttpServer::Impl {
       return sse(c);
     };
     const bool include_usage = request->extras.include_usage;
-    respond_streaming(res, jobs, chunk, [jobs, meta, include_usage] {
-      if (!include_usage) return std::string();
-      return sse({{"id", meta.id},
-                  {"object", "chat.completion.chunk"},
-                  {"created", meta.created},
-                  {"model", meta.model},
-                  {"choices", json::array()},
-                  {"usage", usage({jobs[0].get()})}});
-    });
+    res.content_type = "text/event-stream";
+    res.pending = event_stream(
+        jobs, chunk,
+        [jobs, meta, include_usage] {
+          if (!include_usage) return std::string();
+          return sse({{"id", meta.id},
+                      {"object", "chat.completion.chunk"},
+                      {"created", meta.created},
+                      {"model", meta.model},
+                      {"choices", json::array()},
+                      {"usage", usage({jobs[0].get()})}});
+        },
+        hooks());
+    return res;
   }
 
-  void tokenize(const httplib::Request& req, httplib::Response& res) {
+  http::Response tokenize(http::Request& req) {
     const json body = parse_body(req.body, limits);
+    drop_body(req);
     if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
     std::string text;
     bool add_special = false, pieces = false, have = false;
@@ -407,7 +449,10 @@ struct HttpServer::Impl {
       } else if (k == "with_pieces" || k == "return_token_strs") {
         if (!v.is_boolean()) throw ApiError(400, "'" + k + "' must be a boolean", k);
         pieces = v.get<bool>();
-      } else if (k != "model") {
+      } else if (k == "model") {
+        if (!v.is_string()) throw ApiError(400, "'model' must be a string", k);
+        check_model(v.get<std::string>());
+      } else {
         throw ApiError(400, "unrecognized request argument supplied: " + k, k);
       }
     }
@@ -420,11 +465,12 @@ struct HttpServer::Impl {
       for (int32_t id : ids) strs.push_back(tok.token_bytes(id));
       out["token_strs"] = strs;
     }
-    send_json(res, 200, out);
+    return json_response(200, out);
   }
 
-  void detokenize(const httplib::Request& req, httplib::Response& res) {
+  http::Response detokenize(http::Request& req) {
     const json body = parse_body(req.body, limits);
+    drop_body(req);
     if (!body.is_object()) throw ApiError(400, "the request body must be a JSON object");
     std::vector<int32_t> ids;
     bool have = false;
@@ -439,13 +485,16 @@ struct HttpServer::Impl {
           ids.push_back(static_cast<int32_t>(x.get<int64_t>()));
         }
         have = true;
-      } else if (k != "model") {
+      } else if (k == "model") {
+        if (!v.is_string()) throw ApiError(400, "'model' must be a string", k);
+        check_model(v.get<std::string>());
+      } else {
         throw ApiError(400, "unrecognized request argument supplied: " + k, k);
       }
     }
     if (!have) throw ApiError(400, "'tokens' is required", "tokens");
     const std::string text = tok.decode(ids);
-    send_json(res, 200, {{"prompt", text}, {"content", text}});
+    return json_response(200, {{"prompt", text}, {"content", text}});
   }
 
   json tokenizer_info() const {
@@ -460,170 +509,76 @@ struct HttpServer::Impl {
             {"chat_template", chat_template_source}};
   }
 
-  std::string metrics_text() {
-    std::string out;
-    auto line = [&](const char* name, const char* type, const char* help, const std::string& v) {
-      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, v);
+  json model_object() const {
+    return {{"id", options.model_name},
+            {"object", "model"},
+            {"created", unix_now()},
+            {"owned_by", "steermoe"},
+            {"meta",
+             {{"context", limits.context},
+              {"vocab", limits.vocab},
+              {"policy", worker.default_policy()},
+              {"cache", worker.default_cache()}}}};
+  }
+
+  void add_routes() {
+    auto get = [this](const std::string& path, bool open, RouteFn fn) {
+      routes[path] = Route{"GET", open, std::move(fn)};
     };
-    out += "# HELP steermoe_requests_total HTTP requests answered, by path and status.\n";
-    out += "# TYPE steermoe_requests_total counter\n";
-    {
-      std::lock_guard lock(metrics.mu);
-      for (const auto& [key, n] : metrics.requests) {
-        out += fmt::format("steermoe_requests_total{{path=\"{}\",status=\"{}\"}} {}\n", key.first,
-                           key.second, n);
-      }
+    auto post = [this](const std::string& path, RouteFn fn) {
+      routes[path] = Route{"POST", false, std::move(fn)};
+    };
+    for (const char* p : {"/v1/completions", "/completions"}) {
+      post(p, [this](http::Request& r) { return completions(r); });
     }
-    line("steermoe_rejected_total", "counter", "Requests refused with 503 (queue full).",
-         std::to_string(metrics.rejected.load()));
-    line("steermoe_cancelled_total", "counter", "Requests cancelled by a client disconnect.",
-         std::to_string(metrics.cancelled.load()));
-    line("steermoe_prompt_tokens_total", "counter", "Prompt tokens processed.",
-         std::to_string(metrics.prompt_tokens.load()));
-    line("steermoe_generated_tokens_total", "counter", "Tokens generated.",
-         std::to_string(metrics.generated_tokens.load()));
-    line("steermoe_decode_tokens_total", "counter", "Tokens fed back through decode.",
-         std::to_string(metrics.decode_tokens.load()));
-    line("steermoe_decode_seconds_total", "counter", "Time spent in decode.",
-         fmt::format("{:.6f}", static_cast<double>(metrics.decode_us.load()) * 1e-6));
-    line("steermoe_prompt_seconds_total", "counter", "Time spent processing prompts.",
-         fmt::format("{:.6f}", static_cast<double>(metrics.prompt_us.load()) * 1e-6));
-    const int64_t dt = metrics.decode_tokens.load();
-    line("steermoe_ms_per_token", "gauge", "Mean decode milliseconds per token since start.",
-         fmt::format("{:.4f}", dt > 0 ? static_cast<double>(metrics.decode_us.load()) * 1e-3 /
-                                            static_cast<double>(dt)
-                                      : 0.0));
-    out +=
-        "# HELP steermoe_copies_total Expert copies by kind (from the link; 0 with every expert "
-        "resident).\n";
-    out += "# TYPE steermoe_copies_total counter\n";
-    out +=
-        fmt::format("steermoe_copies_total{{kind=\"demand\"}} {}\n", metrics.copies_demand.load());
-    out += fmt::format("steermoe_copies_total{{kind=\"prefetch\"}} {}\n",
-                       metrics.copies_prefetch.load());
-    line("steermoe_queue_depth", "gauge", "Requests waiting for the engine.",
-         std::to_string(worker.queue_depth()));
-    line("steermoe_engine_busy", "gauge", "1 while the engine runs a request.",
-         worker.busy() ? "1" : "0");
-    return out;
-  }
-
-  // Wraps a handler: ApiError -> its status; steermoe::Error -> 400; anything else -> 500.
-  template <typename F>
-  httplib::Server::Handler guard(F f) {
-    return [f](const httplib::Request& req, httplib::Response& res) {
-      try {
-        f(req, res);
-      } catch (const ApiError& e) {
-        send_error(res, e);
-      } catch (const steermoe::Error& e) {
-        send_error(res, ApiError(400, e.what()));
-      } catch (const std::exception& e) {
-        send_error(res,
-                   ApiError(500, std::string("internal error: ") + e.what(), "", "server_error"));
+    for (const char* p : {"/v1/chat/completions", "/chat/completions"}) {
+      post(p, [this](http::Request& r) { return chat(r); });
+    }
+    for (const char* p : {"/v1/models", "/models"}) {
+      get(p, false, [this](http::Request&) {
+        return json_response(200, {{"object", "list"}, {"data", json::array({model_object()})}});
+      });
+    }
+    get("/v1/models/{id}", false, [this](http::Request& r) {
+      const std::string id = r.path.substr(r.path.find("/models/") + 8);
+      if (id != options.model_name) {
+        throw ApiError(404,
+                       fmt::format("the model '{}' does not exist (this server serves '{}')", id,
+                                   options.model_name),
+                       "model", "invalid_request_error", "model_not_found");
       }
-    };
-  }
-
-  void setup() {
-    const int threads = options.http_threads > 0
-                            ? options.http_threads
-                            : static_cast<int>(options.worker.queue_capacity) + 8;
-    http.new_task_queue = [threads] {
-      return new httplib::ThreadPool(static_cast<size_t>(threads));
-    };
-    http.set_payload_max_length(options.max_body_bytes);
-    http.set_read_timeout(options.read_timeout_s, 0);
-    http.set_write_timeout(options.write_timeout_s, 0);
-    http.set_keep_alive_timeout(5);
-    http.set_keep_alive_max_count(1000);
-    http.set_tcp_nodelay(true);
-    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      if (options.api_key.empty() || req.path == "/health")
-        return httplib::Server::HandlerResponse::Unhandled;
-      const std::string auth = req.get_header_value("Authorization");
-      const std::string prefix = "Bearer ";
-      const std::string given = auth.rfind(prefix, 0) == 0 ? auth.substr(prefix.size()) : "";
-      if (same_secret(given, options.api_key)) return httplib::Server::HandlerResponse::Unhandled;
-      send_error(res, ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)", "",
-                               "invalid_request_error", "invalid_api_key"));
-      return httplib::Server::HandlerResponse::Handled;
+      return json_response(200, model_object());
     });
-    http.set_error_handler([](const httplib::Request&, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      std::string message;
-      switch (res.status) {
-        case 404:
-          message = "no such endpoint";
-          break;
-        case 405:
-          message = "method not allowed";
-          break;
-        case 413:
-          message = "the request body is too large";
-          break;
-        case 414:
-          message = "the request URI is too long";
-          break;
-        default:
-          message = fmt::format("HTTP error {}", res.status);
-          break;
-      }
-      send_json(res, res.status, error_body(message, "invalid_request_error"));
+    get("/health", true, [](http::Request&) { return json_response(200, {{"status", "ok"}}); });
+    for (const char* p : {"/tokenize", "/v1/tokenize"}) {
+      post(p, [this](http::Request& r) { return tokenize(r); });
+    }
+    for (const char* p : {"/detokenize", "/v1/detokenize"}) {
+      post(p, [this](http::Request& r) { return detokenize(r); });
+    }
+    get("/tokenizer_info", false,
+        [this](http::Request&) { return json_response(200, tokenizer_info()); });
+    // The chat page needs no key (it holds no data; it asks for one if the API does).
+    for (const StaticFile& f : static_files()) {
+      auto serve_file = [&f](http::Request&) {
+        http::Response r;
+        r.content_type = std::string(f.content_type);
+        r.body = std::string(f.body);
+        r.fields.emplace_back("Cache-Control", "no-cache");
+        return r;
+      };
+      get(std::string(f.path), true, serve_file);
+      if (f.path == "/index.html") get("/", true, serve_file);
+    }
+    get("/steermoe/cache", false, [this](http::Request&) {
+      return json_response(200, cache_view_json(worker.cache_view()));
     });
-    http.set_exception_handler(
-        [](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-          send_json(res, 500, error_body("internal error", "server_error"));
-        });
-    // Counted in the post-routing handler, which runs before the response is written (the
-    // logger runs after): a client that reads /metrics right after a response sees it counted.
-    http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      // Unknown paths are folded together so a scan cannot grow the table.
-      static const std::set<std::string> known{
-          "/v1/completions", "/v1/chat/completions", "/v1/models",      "/health",
-          "/tokenize",       "/detokenize",          "/tokenizer_info", "/metrics",
-          "/completions",    "/chat/completions",    "/models"};
-      const std::string path = known.count(req.path) ? req.path : "other";
-      std::lock_guard lock(metrics.mu);
-      metrics.requests[{path, res.status}]++;
+    get("/metrics", false, [this](http::Request&) {
+      http::Response r;
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = metrics.text(worker, front->stats());
+      return r;
     });
-    http.set_logger([this](const httplib::Request& req, const httplib::Response& res) {
-      if (!options.quiet) {
-        std::fprintf(stderr, "%s %s %d\n", req.method.c_str(), req.path.c_str(), res.status);
-      }
-    });
-
-    auto completions_h = guard([this](const auto& q, auto& s) { completions(q, s); });
-    auto chat_h = guard([this](const auto& q, auto& s) { chat(q, s); });
-    http.Post("/v1/completions", completions_h);
-    http.Post("/completions", completions_h);
-    http.Post("/v1/chat/completions", chat_h);
-    http.Post("/chat/completions", chat_h);
-    auto models_h = guard([this](const auto&, auto& res) {
-      send_json(res, 200,
-                {{"object", "list"},
-                 {"data", json::array({{{"id", options.model_name},
-                                        {"object", "model"},
-                                        {"created", unix_now()},
-                                        {"owned_by", "steermoe"},
-                                        {"meta",
-                                         {{"context", limits.context},
-                                          {"vocab", limits.vocab},
-                                          {"policy", worker.default_policy()},
-                                          {"cache", worker.default_cache()}}}}})}});
-    });
-    http.Get("/v1/models", models_h);
-    http.Get("/models", models_h);
-    http.Get("/health", guard([](const auto&, auto& res) {
-               send_json(res, 200, {{"status", "ok"}});
-             }));
-    http.Post("/tokenize", guard([this](const auto& q, auto& s) { tokenize(q, s); }));
-    http.Post("/detokenize", guard([this](const auto& q, auto& s) { detokenize(q, s); }));
-    http.Get("/tokenizer_info",
-             guard([this](const auto&, auto& res) { send_json(res, 200, tokenizer_info()); }));
-    http.Get("/metrics", guard([this](const auto&, auto& res) {
-               res.set_content(metrics_text(), "text/plain; version=0.0.4");
-             }));
   }
 };
 
@@ -642,30 +597,21 @@ HttpServer::HttpServer(const model::Model& model, const tokenizer::Tokenizer& to
 
 HttpServer::~HttpServer() {
   if (impl_) {
-    impl_->http.stop();
+    impl_->front->stop();
     impl_->worker.stop();
   }
 }
 
 int HttpServer::bind() {
-  Impl& s = *impl_;
-  int port = s.options.port;
-  if (port == 0) {
-    port = s.http.bind_to_any_port(s.options.host);
-    if (port <= 0) fail("serve", "--host", "could not bind {} to any port", s.options.host);
-  } else if (!s.http.bind_to_port(s.options.host, port)) {
-    fail("serve", "--port", "could not bind {}:{} (in use, or not a local address?)",
-         s.options.host, port);
-  }
-  return port;
+  return impl_->front->bind();
 }
 
 void HttpServer::serve() {
-  impl_->http.listen_after_bind();
+  impl_->front->serve();
 }
 
 void HttpServer::stop() {
-  impl_->http.stop();
+  impl_->front->stop();
   impl_->worker.stop();
 }
 

@@ -1,4 +1,5 @@
-// `steermoe serve`: the OpenAI-compatible HTTP server (cpp-httplib) around one engine worker.
+// `steermoe serve`: the OpenAI-compatible HTTP server (its own HTTP/1.1 front end,
+// http_front.hpp) around one engine worker.
 //
 // Entry point: HttpServer. Endpoints: POST /v1/completions, POST /v1/chat/completions,
 // GET /v1/models, GET /health, POST /tokenize, POST /detokenize, GET /tokenizer_info,
@@ -17,15 +18,21 @@ namespace steermoe::server {
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
-  int port = 8080;                   // 0: any free port (bind() returns it)
-  std::string api_key;               // non-empty: every endpoint but /health needs Bearer KEY
-  size_t max_body_bytes = 8u << 20;  // larger bodies: 413
-  int read_timeout_s = 10;           // a client silent this long mid-request is dropped
-  int write_timeout_s = 10;
-  int http_threads = 0;       // 0: queue capacity + 8
-  std::string model_name;     // reported by /v1/models and in responses
-  std::string chat_template;  // Jinja source; empty: ChatML fallback (with a warning)
-  bool quiet = false;         // no request log on stderr
+  int port = 8080;                        // 0: any free port (bind() returns it)
+  std::string api_key;                    // non-empty: every endpoint but /health needs Bearer KEY
+  size_t max_body_bytes = 8u << 20;       // larger bodies: 413, refused by Content-Length
+  size_t max_buffered_bytes = 64u << 20;  // request bodies held at once, all clients: beyond, 503
+  int read_timeout_s = 10;   // a request's whole head must arrive within this (408 after)
+  int body_timeout_s = 30;   // ... and its whole body within this, from the end of the head
+  int write_timeout_s = 10;  // a client that takes no bytes this long is dropped
+  int keep_alive_s = 5;      // an idle connection is closed after this
+  int http_threads = 0;      // request handler threads (JSON, tokenization); 0: 2
+  size_t max_connections = 256;
+  size_t max_connections_per_address = 64;
+  int probe_interval_ms = 1000;  // probes of a half-closed client waiting for its response
+  std::string model_name;        // reported by /v1/models and in responses
+  std::string chat_template;     // Jinja source; empty: ChatML fallback (with a warning)
+  bool quiet = false;            // no request log on stderr
   WorkerOptions worker;
 };
 

@@ -93,6 +93,40 @@ std::vector<std::string> get_stop(const json& v, const ProtocolLimits& limits) {
   return out;
 }
 
+// Fields OpenAI SDKs and frameworks send whose meaning is not lost when ignored (storage,
+// tagging, billing tier, end-user ids, latency hints): accepted, ignored with a warning.
+bool ignored_field(const std::string& key) {
+  static const std::set<std::string> keys{
+      "store", "metadata",   "service_tier",      "parallel_tool_calls",
+      "user",  "prediction", "safety_identifier", "prompt_cache_key"};
+  return keys.count(key) > 0;
+}
+
+// The sampler's fields beyond temperature and top_p (llama-server's and vLLM's names).
+bool sampling_field(const std::string& key, const json& v, SamplingOptions& o) {
+  if (key != "top_k" && key != "min_p" && key != "repetition_penalty" && key != "repeat_penalty" &&
+      key != "presence_penalty" && key != "frequency_penalty" && key != "repeat_last_n") {
+    return false;
+  }
+  if (v.is_null()) return true;
+  if (key == "top_k") {
+    // vLLM's -1 and llama-server's 0 both mean off.
+    o.top_k = static_cast<int>(std::max<int64_t>(0, get_int(v, key, -1, 1 << 24)));
+  } else if (key == "min_p") {
+    o.min_p = static_cast<float>(get_number(v, key, 0.0, 1.0));
+  } else if (key == "repetition_penalty" || key == "repeat_penalty") {
+    o.repetition_penalty = static_cast<float>(get_number(v, key, 0.0, 10.0));
+    if (o.repetition_penalty <= 0.0f) bad(key, "'" + key + "' must be in (0, 10] (1: off)");
+  } else if (key == "presence_penalty") {
+    o.presence_penalty = static_cast<float>(get_number(v, key, -2.0, 2.0));
+  } else if (key == "frequency_penalty") {
+    o.frequency_penalty = static_cast<float>(get_number(v, key, -2.0, 2.0));
+  } else {  // repeat_last_n
+    o.penalty_last_n = static_cast<int>(get_int(v, key, -1, 1 << 24));
+  }
+  return true;
+}
+
 // Fields every endpoint shares; returns true if `key` was one of them.
 bool common_field(const std::string& key, const json& v, RequestExtras& extras, SamplingOptions& o,
                   const ProtocolLimits& limits) {
@@ -104,6 +138,10 @@ bool common_field(const std::string& key, const json& v, RequestExtras& extras, 
     if (v.is_null()) return true;
     if (!v.is_object()) bad(key, "'stream_options' must be an object");
     for (const auto& [k, x] : v.items()) {
+      if (k == "include_obfuscation") {  // OpenAI's padding of streamed events: not needed
+        extras.ignored.push_back("stream_options." + k);
+        continue;
+      }
       if (k != "include_usage")
         bad("stream_options." + k, "unrecognized stream option '" + k + "'");
       extras.include_usage = get_bool(x, "stream_options.include_usage");
@@ -124,14 +162,12 @@ bool common_field(const std::string& key, const json& v, RequestExtras& extras, 
     o.stop = get_stop(v, limits);
   } else if (key == "n") {
     if (!v.is_null() && get_int(v, key, 1, 128) != 1) bad(key, "only 'n' = 1 is supported");
-  } else if (key == "presence_penalty" || key == "frequency_penalty") {
-    if (!v.is_null() && get_number(v, key, -2.0, 2.0) != 0.0) {
-      bad(key, "'" + key + "' is not supported (only 0)");
-    }
+  } else if (sampling_field(key, v, o)) {
+    return true;
   } else if (key == "logit_bias") {
     if (!v.is_null() && !(v.is_object() && v.empty())) bad(key, "'logit_bias' is not supported");
-  } else if (key == "user") {
-    if (!v.is_null()) get_string(v, key);
+  } else if (ignored_field(key)) {
+    extras.ignored.push_back(key);
   } else if (key == "ignore_eos") {
     if (!v.is_null()) o.ignore_eos = get_bool(v, key);
   } else if (key == "steermoe") {
@@ -160,6 +196,68 @@ void check_object(const json& body) {
 
 void check_text(const std::string& s, const std::string& param) {
   if (!valid_utf8(s)) bad(param, "'" + param + "' is not valid UTF-8");
+}
+
+// `messages`: each a role and content (a string, text parts joined, or null for an assistant)
+// with the fields templates read; normalized to role + content string.
+json parse_messages(const json& v) {
+  const std::string key = "messages";
+  if (!v.is_array() || v.empty()) bad(key, "'messages' must be a non-empty array");
+  json out_messages = json::array();
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& m = v[i];
+    const std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) bad(where, "'" + where + "' must be an object");
+    json out = json::object();
+    for (const auto& [k, x] : m.items()) {
+      if (k == "role") {
+        const std::string& role = get_string(x, where + ".role");
+        static const std::set<std::string> roles{"system", "developer", "user", "assistant",
+                                                 "tool"};
+        if (!roles.count(role)) {
+          bad(where + ".role", "'" + where +
+                                   ".role' must be system, developer, user, "
+                                   "assistant or tool");
+        }
+        out["role"] = role;
+      } else if (k == "content") {
+        if (x.is_null()) {
+          out["content"] = nullptr;
+        } else if (x.is_string()) {
+          check_text(x.get<std::string>(), where + ".content");
+          out["content"] = x;
+        } else if (x.is_array()) {
+          std::string text;
+          for (const json& part : x) {
+            if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
+                !part.contains("text") || !part["text"].is_string()) {
+              bad(where + ".content", "content parts must be {\"type\": \"text\", \"text\": ...}");
+            }
+            text += part["text"].get<std::string>();
+          }
+          check_text(text, where + ".content");
+          out["content"] = text;
+        } else {
+          bad(where + ".content", "'content' must be a string, an array of text parts or null");
+        }
+      } else if (k == "name" || k == "tool_call_id" || k == "reasoning_content") {
+        check_text(get_string(x, where + "." + k), where + "." + k);
+        out[k] = x;
+      } else if (k == "tool_calls") {
+        if (!x.is_array()) bad(where + ".tool_calls", "'tool_calls' must be an array");
+        out[k] = x;
+      } else {
+        bad(where + "." + k, "unrecognized message field '" + k + "'");
+      }
+    }
+    if (!out.contains("role")) bad(where + ".role", "'" + where + ".role' is required");
+    if (!out.contains("content")) out["content"] = nullptr;
+    if (out["content"].is_null() && out["role"] != "assistant") {
+      bad(where + ".content", "'" + where + ".content' is required");
+    }
+    out_messages.push_back(std::move(out));
+  }
+  return out_messages;
 }
 
 }  // namespace
@@ -216,6 +314,33 @@ std::vector<int32_t> check_prompt(std::vector<int32_t> ids, const ProtocolLimits
   return ids;
 }
 
+void check_text_fits(std::string_view text, const ProtocolLimits& limits,
+                     const std::string& param) {
+  if (limits.max_token_bytes == 0) return;
+  const uint64_t most = static_cast<uint64_t>(limits.context) * limits.max_token_bytes;
+  if (text.size() > most) {
+    throw ApiError(400,
+                   fmt::format("this model's maximum context length is {} tokens; the prompt "
+                               "({} bytes) holds more than that (no token is longer than {} "
+                               "bytes)",
+                               limits.context, text.size(), limits.max_token_bytes),
+                   param, "invalid_request_error", "context_length_exceeded");
+  }
+}
+
+void check_room(size_t prompt_tokens, int max_tokens, const ProtocolLimits& limits,
+                const std::string& param) {
+  const uint64_t asked = prompt_tokens + static_cast<uint64_t>(std::max(max_tokens, 0));
+  if (asked > static_cast<uint64_t>(limits.context)) {
+    throw ApiError(400,
+                   fmt::format("this model's maximum context length is {} tokens; this request "
+                               "asks for {} ({} in the prompt, {} for the completion): reduce "
+                               "the prompt or max_tokens",
+                               limits.context, asked, prompt_tokens, max_tokens),
+                   param, "invalid_request_error", "context_length_exceeded");
+  }
+}
+
 CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer& tok,
                                    const ProtocolLimits& limits) {
   check_object(body);
@@ -236,6 +361,7 @@ CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer&
       };
       auto encode = [&](const json& s, const std::string& param) {
         check_text(get_string(s, param), param);
+        check_text_fits(s.get_ref<const std::string&>(), limits, param);
         return check_prompt(tok.encode(s.get_ref<const std::string&>(),
                                        {.parse_special = true, .add_special = true}),
                             limits, param);
@@ -279,6 +405,7 @@ CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer&
     }
   }
   if (!have_prompt) bad("prompt", "'prompt' is required");
+  for (const auto& p : r.prompts) check_room(p.size(), o.max_tokens, limits, "prompt");
   return r;
 }
 
@@ -292,64 +419,12 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
     if (common_field(key, v, r.extras, o, limits)) continue;
     if (key == "messages") {
       have_messages = true;
-      if (!v.is_array() || v.empty()) bad(key, "'messages' must be a non-empty array");
-      r.messages = json::array();
-      for (size_t i = 0; i < v.size(); ++i) {
-        const json& m = v[i];
-        const std::string where = fmt::format("messages[{}]", i);
-        if (!m.is_object()) bad(where, "'" + where + "' must be an object");
-        json out = json::object();
-        for (const auto& [k, x] : m.items()) {
-          if (k == "role") {
-            const std::string& role = get_string(x, where + ".role");
-            static const std::set<std::string> roles{"system", "developer", "user", "assistant",
-                                                     "tool"};
-            if (!roles.count(role)) {
-              bad(where + ".role", "'" + where +
-                                       ".role' must be system, developer, user, "
-                                       "assistant or tool");
-            }
-            out["role"] = role;
-          } else if (k == "content") {
-            if (x.is_null()) {
-              out["content"] = nullptr;
-            } else if (x.is_string()) {
-              check_text(x.get<std::string>(), where + ".content");
-              out["content"] = x;
-            } else if (x.is_array()) {
-              std::string text;
-              for (const json& part : x) {
-                if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
-                    !part.contains("text") || !part["text"].is_string()) {
-                  bad(where + ".content",
-                      "content parts must be {\"type\": \"text\", \"text\": ...}");
-                }
-                text += part["text"].get<std::string>();
-              }
-              check_text(text, where + ".content");
-              out["content"] = text;
-            } else {
-              bad(where + ".content", "'content' must be a string, an array of text parts or null");
-            }
-          } else if (k == "name" || k == "tool_call_id" || k == "reasoning_content") {
-            check_text(get_string(x, where + "." + k), where + "." + k);
-            out[k] = x;
-          } else if (k == "tool_calls") {
-            if (!x.is_array()) bad(where + ".tool_calls", "'tool_calls' must be an array");
-            out[k] = x;
-          } else {
-            bad(where + "." + k, "unrecognized message field '" + k + "'");
-          }
-        }
-        if (!out.contains("role")) bad(where + ".role", "'" + where + ".role' is required");
-        if (!out.contains("content")) out["content"] = nullptr;
-        if (out["content"].is_null() && out["role"] != "assistant") {
-          bad(where + ".content", "'" + where + ".content' is required");
-        }
-        r.messages.push_back(std::move(out));
-      }
+      r.messages = parse_messages(v);
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      if (!v.is_null()) o.max_tokens = static_cast<int>(get_int(v, key, 0, limits.context));
+      if (!v.is_null()) {
+        o.max_tokens = static_cast<int>(get_int(v, key, 0, limits.context));
+        r.max_tokens_given = true;
+      }
     } else if (key == "logprobs") {
       if (!v.is_null()) r.logprobs = get_bool(v, key);
     } else if (key == "top_logprobs") {
@@ -364,7 +439,12 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
       if (!v.is_null() && v != "none" && v != "auto") bad(key, "only 'tool_choice' none/auto");
     } else if (key == "chat_template_kwargs") {
       if (!v.is_object()) bad(key, "'chat_template_kwargs' must be an object");
-      r.template_kwargs = v;
+      for (const auto& [k, x] : v.items()) r.template_kwargs[k] = x;
+    } else if (key == "reasoning_effort") {
+      // Templates of reasoning models read it (vLLM passes it the same way); others ignore it.
+      if (!v.is_null()) r.template_kwargs["reasoning_effort"] = get_string(v, key);
+    } else if (key == "modalities") {
+      if (!v.is_null() && v != json::array({"text"})) bad(key, "only 'modalities' [\"text\"]");
     } else if (key == "add_generation_prompt") {
       r.add_generation_prompt = get_bool(v, key);
     } else if (key == "response_format") {
@@ -377,7 +457,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
   }
   if (!have_messages) bad("messages", "'messages' is required");
   if (have_top && !r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
-  if (!body.contains("max_tokens") && !body.contains("max_completion_tokens")) {
+  if (!r.max_tokens_given) {
     o.max_tokens = limits.context;  // chat default: until EOS or the context is full
   }
   o.logprobs = r.logprobs ? r.top_logprobs : -1;

@@ -42,6 +42,9 @@ struct ProtocolLimits {
   int max_logprobs = 20;       // OpenAI's cap
   size_t max_stop = 4;         // stop strings
   size_t max_json_depth = 64;  // nesting of the request body
+  // Bytes of the longest token (0: unknown). No text longer than context x this can fit the
+  // context, so such a prompt is refused before it is tokenized (bounded work and memory).
+  size_t max_token_bytes = 0;
 };
 
 // Parses a request body: malformed JSON, invalid UTF-8 and nesting deeper than the limit are
@@ -51,9 +54,10 @@ json parse_body(const std::string& body, const ProtocolLimits& limits);
 struct RequestExtras {
   std::string model;
   bool stream = false;
-  bool include_usage = false;  // stream_options.include_usage
-  std::string policy;          // "steermoe": {"policy": ...}; "" = server default
-  int cache = -1;              // "steermoe": {"cache": C}; -1 = server default
+  bool include_usage = false;        // stream_options.include_usage
+  std::string policy;                // "steermoe": {"policy": ...}; "" = server default
+  int cache = -1;                    // "steermoe": {"cache": C}; -1 = server default
+  std::vector<std::string> ignored;  // accepted fields without effect (logged once each)
 };
 
 struct CompletionRequest {
@@ -67,8 +71,9 @@ CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer&
 
 struct ChatRequest {
   RequestExtras extras;
-  json messages;  // normalized: role + content string (+ passthrough fields)
-  json tools;     // null or the request's tools (passed to the template)
+  bool max_tokens_given = false;  // else max_tokens is what the context leaves
+  json messages;                  // normalized: role + content string (+ passthrough fields)
+  json tools;                     // null or the request's tools (passed to the template)
   json template_kwargs = json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
   SamplingOptions options;
@@ -78,9 +83,16 @@ struct ChatRequest {
 
 ChatRequest parse_chat(const json& body, const ProtocolLimits& limits);
 
-// Tokenizes a chat prompt and checks it against the context (used after template rendering).
+// Checks a prompt's tokens against the context (used after template rendering).
 std::vector<int32_t> check_prompt(std::vector<int32_t> ids, const ProtocolLimits& limits,
                                   const std::string& param);
+// Refuses (400 context_length_exceeded) a text that cannot fit the context in any tokenization
+// (longer than context x max_token_bytes), before it is tokenized.
+void check_text_fits(std::string_view text, const ProtocolLimits& limits, const std::string& param);
+// The context rule (vLLM's): prompt tokens + max_tokens must not exceed the context, else 400
+// context_length_exceeded. A request is answered in full or refused, never cut short.
+void check_room(size_t prompt_tokens, int max_tokens, const ProtocolLimits& limits,
+                const std::string& param);
 
 // Per-request facts reported under "steermoe" in every response.
 json steermoe_report(const Job& job);

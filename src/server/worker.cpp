@@ -12,6 +12,7 @@ Worker::Worker(const model::Model& model, const tokenizer::Tokenizer& tok,
   default_policy_ = options_.engine.offload.policy_text();
   default_engine_ = std::make_unique<engine::Engine>(model_, options_.engine);
   context_ = default_engine_->context();
+  view_ = snapshot_cache(*default_engine_, 0);  // the warm set, before any request
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -112,14 +113,30 @@ void Worker::run(Job& job) {
                                                                  job.submitted)
                            .count();
       }
-      run_job(engine, tok_, options_.engine.max_batch, job);
+      run_job(engine, tok_, options_.engine.max_batch, job,
+              [this](const engine::Engine& e, bool final) { take_view(e, final); });
     } catch (const std::exception& e) {
       std::lock_guard lock(job.mu);
       job.error = e.what();
       job.done = true;
     }
   }
-  job.changed.notify_all();
+  job.notify();
+}
+
+void Worker::take_view(const engine::Engine& engine, bool final) {
+  const auto now = std::chrono::steady_clock::now();
+  if (!final && now - view_at_ < std::chrono::milliseconds(50)) return;  // the page polls
+  CacheView v = snapshot_cache(engine, 0);
+  std::lock_guard lock(view_mu_);
+  v.version = view_.version + 1;
+  view_ = std::move(v);
+  view_at_ = now;
+}
+
+CacheView Worker::cache_view() const {
+  std::lock_guard lock(view_mu_);
+  return view_;
 }
 
 void Worker::loop() {

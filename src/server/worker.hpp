@@ -3,6 +3,7 @@
 // per-request policy that differed from it, so alternating requests do not rebuild every time.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <deque>
 #include <memory>
@@ -12,6 +13,7 @@
 
 #include "engine/engine.hpp"
 #include "model/weights.hpp"
+#include "server/cache_view.hpp"
 #include "server/generation.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -47,9 +49,14 @@ class Worker {
   // steermoe::Error with a clear message.
   std::string check_policy(const std::string& policy, int cache_slots) const;
 
+  // The expert cache of the engine that ran last (the default one before any request), as of
+  // its last token (snapshots at most every 50 ms while a request runs, and at its end).
+  CacheView cache_view() const;
+
  private:
   void loop();
   void run(Job& job);
+  void take_view(const engine::Engine& engine, bool final);
   engine::Engine& engine_for(const Job& job, std::string& policy_used, int& cache_used);
 
   const model::Model& model_;
@@ -60,6 +67,10 @@ class Worker {
   std::string default_policy_;
   std::unique_ptr<engine::Engine> custom_engine_;
   std::string custom_key_;
+
+  mutable std::mutex view_mu_;
+  CacheView view_;
+  std::chrono::steady_clock::time_point view_at_{};
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -4,6 +4,9 @@
 #include <pcre2.h>
 
 #include <algorithm>
+#include <climits>
+#include <cstdint>
+#include <optional>
 
 #include "common/error.hpp"
 #include "tokenizer/byte_level.hpp"
@@ -38,6 +41,17 @@ constexpr std::string_view kKimiK2Pattern =
 // Backtracking budget per match call: generous for real text, finite for hostile patterns.
 constexpr uint32_t kMatchLimit = 10'000'000;
 constexpr uint32_t kDepthLimit = 100'000;
+
+// One JIT stack per thread (a stack must not be shared by concurrent matches), up to 8 MiB:
+// PCRE2's default 32 KiB runs out on a few thousand letters of Kimi's class-intersection
+// groups, which push a frame per character.
+pcre2_jit_stack* thread_jit_stack(void*) {
+  thread_local struct Holder {
+    pcre2_jit_stack* stack = pcre2_jit_stack_create(32 << 10, 8 << 20, nullptr);
+    ~Holder() { pcre2_jit_stack_free(stack); }
+  } holder;
+  return holder.stack;
+}
 
 }  // namespace
 
@@ -167,6 +181,7 @@ Regex::Regex(std::string_view pattern, const std::string& where, const std::stri
   pcre2_jit_compile(compiled->code, PCRE2_JIT_COMPLETE);
   compiled->context = pcre2_match_context_create(nullptr);
   SM_ASSERT(compiled->context != nullptr);
+  pcre2_jit_stack_assign(compiled->context, thread_jit_stack, nullptr);
   pcre2_set_match_limit(compiled->context, kMatchLimit);
   pcre2_set_depth_limit(compiled->context, kDepthLimit);
   compiled_ = std::move(compiled);
@@ -176,13 +191,25 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
   if (text.empty()) return;
   pcre2_match_data* match = pcre2_match_data_create_from_pattern(compiled_->code, nullptr);
   SM_ASSERT(match != nullptr);
+  // A long subject may need a backtracking budget in proportion (a match that scans a long
+  // run and gives back one character): linear work, never exponential.
+  pcre2_match_context* context = compiled_->context;
+  pcre2_match_context* scaled = nullptr;
+  if (text.size() > kMatchLimit / 8) {
+    scaled = pcre2_match_context_copy(compiled_->context);
+    SM_ASSERT(scaled != nullptr);
+    pcre2_set_match_limit(scaled,
+                          static_cast<uint32_t>(std::min<size_t>(text.size() * 8, UINT32_MAX)));
+    context = scaled;
+  }
   size_t offset = 0;
   while (offset < text.size()) {
     const int rc = pcre2_match(compiled_->code, reinterpret_cast<PCRE2_SPTR>(text.data()),
-                               text.size(), offset, PCRE2_NO_UTF_CHECK, match, compiled_->context);
+                               text.size(), offset, PCRE2_NO_UTF_CHECK, match, context);
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) {
       pcre2_match_data_free(match);
+      pcre2_match_context_free(scaled);
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(rc, message, sizeof(message));
       fail(compiled_->where, compiled_->field, "regex '{}' failed while matching: {}", pattern_,
@@ -202,6 +229,7 @@ void Regex::find_all(std::string_view text, std::vector<std::pair<size_t, size_t
     }
   }
   pcre2_match_data_free(match);
+  pcre2_match_context_free(scaled);
 }
 
 // ---- PreTokenizer ----
@@ -213,7 +241,7 @@ PreTokenizer::PreTokenizer(const std::vector<SplitRule>& rules, const std::strin
   }
 }
 
-std::vector<std::pair<size_t, size_t>> PreTokenizer::split(std::string_view text) const {
+std::vector<std::pair<size_t, size_t>> PreTokenizer::split_as_is(std::string_view text) const {
   std::vector<std::pair<size_t, size_t>> pieces;
   if (!text.empty()) pieces.emplace_back(0, text.size());
   std::vector<std::pair<size_t, size_t>> matches;
@@ -280,6 +308,153 @@ std::vector<std::pair<size_t, size_t>> PreTokenizer::split(std::string_view text
     pieces = std::move(next);
   }
   return pieces;
+}
+
+}  // namespace steermoe::tokenizer
+
+// ---- long runs ----
+
+namespace steermoe::tokenizer {
+
+namespace {
+
+using Pieces = std::vector<std::pair<size_t, size_t>>;
+
+constexpr size_t kRunMin = 4096;  // code points: shorter runs are matched as they are
+constexpr size_t kPeriod = 60;    // code points: lcm(1..6), a multiple of every repeat count
+constexpr size_t kKeep = 600;     // code points kept of a long run (a multiple of kPeriod)
+
+// A maximal run of one code point, with how it is shortened.
+struct Run {
+  size_t begin = 0, end = 0;  // bytes, in the text
+  size_t unit = 1;            // bytes per code point
+  size_t kept = 0;            // bytes kept (kKeep code points + the remainder mod kPeriod)
+  size_t cut = 0;             // the cut, in the shortened text; the removed bytes go there
+  Pieces period;              // pieces of one period before the cut (shortened text)
+};
+
+std::vector<Run> long_runs(std::string_view text) {
+  std::vector<Run> runs;
+  size_t pos = 0;
+  while (pos < text.size()) {
+    const size_t unit = std::max<size_t>(1, utf8_sequence_length(text, pos));
+    size_t end = pos + unit;
+    while (end + unit <= text.size() && text.compare(end, unit, text, pos, unit) == 0) end += unit;
+    const size_t n = (end - pos) / unit;
+    if (n >= kRunMin) runs.push_back({pos, end, unit, (kKeep + (n - kKeep) % kPeriod) * unit});
+    pos = end;
+  }
+  return runs;
+}
+
+// The pieces inside [from, to), or nullopt if one crosses either end.
+std::optional<Pieces> pieces_within(const Pieces& pieces, size_t from, size_t to) {
+  Pieces out;
+  for (const auto& [b, e] : pieces) {
+    if (e <= from || b >= to) continue;
+    if (b < from || e > to) return std::nullopt;
+    out.emplace_back(b, e);
+  }
+  return out;
+}
+
+Pieces shifted(Pieces p, size_t by) {
+  for (auto& [b, e] : p) {
+    b += by;
+    e += by;
+  }
+  return p;
+}
+
+// Where to cut a shortened run (`start` its first byte) so that the removed middle can be
+// restored: a point near its middle that no piece crosses, with one period of pieces before it
+// equal to the period before that and to the period after it. False if there is none.
+bool find_cut(const Pieces& all, size_t start, Run& run) {
+  const size_t period = kPeriod * run.unit;
+  const size_t mid = start + (run.kept / run.unit / 2 / kPeriod) * period;
+  // Only the pieces near the middle matter (pieces are in order and do not overlap).
+  const auto first =
+      std::lower_bound(all.begin(), all.end(), mid - 3 * period,
+                       [](const auto& piece, size_t x) { return piece.second <= x; });
+  Pieces pieces;
+  for (auto it = first; it != all.end() && it->first < mid + 3 * period; ++it)
+    pieces.push_back(*it);
+  const size_t lo = mid - 2 * period, hi = mid + 2 * period;
+  bool boundary = false;
+  for (const auto& [b, e] : pieces) boundary = boundary || (b > lo && b < hi) || (e > lo && e < hi);
+  if (!boundary) {
+    // No piece boundary near the middle: one piece (or one dropped span) covers it and
+    // stretches over what was removed.
+    run.cut = mid;
+    return true;
+  }
+  for (const auto& [b, e] : pieces) {
+    if (e <= mid - period || b >= mid + period) continue;
+    for (const size_t m : {b, e}) {
+      if (m < mid - period || m > mid + period) continue;
+      const auto before = pieces_within(pieces, m - period, m);
+      const auto earlier = pieces_within(pieces, m - 2 * period, m - period);
+      const auto after = pieces_within(pieces, m, m + period);
+      if (before && earlier && after && shifted(*earlier, period) == *before &&
+          shifted(*before, period) == *after) {
+        run.cut = m;
+        run.period = *before;
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+std::vector<std::pair<size_t, size_t>> PreTokenizer::split(std::string_view text, bool shorten_runs,
+                                                           size_t* shortened) const {
+  if (shortened) *shortened = 0;
+  std::vector<Run> runs = shorten_runs ? long_runs(text) : std::vector<Run>{};
+  if (runs.empty()) return split_as_is(text);
+  // The text with each long run shortened, and the pieces of that.
+  std::string short_text;
+  std::vector<size_t> starts;  // each run's first byte in `shortened`
+  size_t copied = 0;
+  for (const Run& r : runs) {
+    short_text.append(text.substr(copied, r.begin - copied));
+    starts.push_back(short_text.size());
+    short_text.append(text.substr(r.begin, r.kept));
+    copied = r.end;
+  }
+  short_text.append(text.substr(copied));
+  const Pieces pieces = split_as_is(short_text);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    if (!find_cut(pieces, starts[i], runs[i])) return split_as_is(text);  // no period: as is
+  }
+  // Back to the text: positions after a cut move by the bytes removed there, and each removed
+  // period gets the cut's period of pieces.
+  Pieces out;
+  out.reserve(pieces.size());
+  size_t moved = 0;  // bytes removed before the current position
+  size_t next = 0;   // the next run whose removed middle is not restored yet
+  auto restore = [&](const Run& r) {
+    const size_t removed = (r.end - r.begin) - r.kept;
+    const size_t period = kPeriod * r.unit;
+    for (size_t k = 1; k <= removed / period; ++k) {
+      for (const auto& [b, e] : r.period)
+        out.emplace_back(b + k * period + moved, e + k * period + moved);
+    }
+    moved += removed;
+  };
+  for (const auto& [b, e] : pieces) {
+    while (next < runs.size() && b >= runs[next].cut) restore(runs[next++]);
+    // A piece across a cut stretches over the removed middle.
+    size_t end_moved = moved;
+    for (size_t j = next; j < runs.size() && runs[j].cut < e; ++j) {
+      end_moved += (runs[j].end - runs[j].begin) - runs[j].kept;
+    }
+    out.emplace_back(b + moved, e + end_moved);
+  }
+  while (next < runs.size()) restore(runs[next++]);
+  if (shortened) *shortened = runs.size();
+  return out;
 }
 
 }  // namespace steermoe::tokenizer

@@ -19,6 +19,11 @@ struct Tokenizer::WordCache {
 
 namespace {
 
+constexpr size_t kMaxCachedWordBytes = 256;
+// Words of at least this many symbols whose runs of one symbol are at most 1/16 of them are
+// merged run by run (bpe_runs).
+constexpr size_t kRunWordMin = 1024;
+
 uint64_t pair_key(TokenId left, TokenId right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
@@ -33,6 +38,58 @@ bool is_word_byte(char c) {
   const auto u = static_cast<unsigned char>(c);
   return u >= 0x80 || (u >= '0' && u <= '9') || (u >= 'a' && u <= 'z') || (u >= 'A' && u <= 'Z') ||
          u == '_';
+}
+
+// True if every merge's result takes part only in merges ranked after it.
+template <typename Merges>
+bool in_training_order(const Merges& merges) {
+  std::unordered_map<TokenId, uint32_t> first_use;  // token -> lowest rank of a merge using it
+  for (const auto& [key, m] : merges) {
+    for (const TokenId side :
+         {static_cast<TokenId>(key >> 32), static_cast<TokenId>(key & 0xffffffffu)}) {
+      const auto [it, added] = first_use.emplace(side, m.rank);
+      if (!added) it->second = std::min(it->second, m.rank);
+    }
+  }
+  return std::all_of(merges.begin(), merges.end(), [&](const auto& kv) {
+    const auto it = first_use.find(kv.second.merged);
+    return it == first_use.end() || it->second > kv.second.rank;
+  });
+}
+
+struct SymbolRun {
+  TokenId id;  // -1: a character the vocabulary cannot spell
+  uint64_t n;
+};
+
+// One merge (left, right) -> merged at every place at once, leftmost first where places overlap.
+std::vector<SymbolRun> merge_everywhere(const std::vector<SymbolRun>& runs, TokenId left,
+                                        TokenId right, TokenId merged) {
+  std::vector<SymbolRun> next;
+  const auto push = [&](TokenId id, uint64_t n) {
+    if (n == 0) return;
+    if (!next.empty() && next.back().id == id) {
+      next.back().n += n;
+    } else {
+      next.push_back({id, n});
+    }
+  };
+  uint64_t taken = 0;  // symbols of the current run already merged with the run before
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const SymbolRun r{runs[i].id, runs[i].n - taken};
+    taken = 0;
+    if (left == right && r.id == left) {
+      push(merged, r.n / 2);  // "a a a" -> "aa a"
+      push(left, r.n % 2);
+    } else if (left != right && r.id == left && i + 1 < runs.size() && runs[i + 1].id == right) {
+      push(left, r.n - 1);  // the run's last symbol and the next run's first merge
+      push(merged, 1);
+      taken = 1;
+    } else {
+      push(r.id, r.n);
+    }
+  }
+  return next;
 }
 
 }  // namespace
@@ -101,6 +158,8 @@ void Tokenizer::check_and_index() {
                     MergeResult{static_cast<uint32_t>(rank), merged_id});
   }
 
+  merges_in_training_order_ = in_training_order(merges_);
+
   const auto check_special = [&](const std::optional<TokenId>& id, const char* name) {
     if (id && (*id < 0 || static_cast<size_t>(*id) >= n))
       fail(where, name, "expected a token id below {}, found {}", n, *id);
@@ -165,17 +224,19 @@ std::vector<TokenId> Tokenizer::encode(std::string_view text, const EncodeOption
       if (it->second.rstrip)
         while (match_end < text.size() && is_ascii_space(text[match_end])) ++match_end;
     }
-    encode_segment(text.substr(segment_begin, match_begin - segment_begin), out);
+    encode_segment(text.substr(segment_begin, match_begin - segment_begin), out,
+                   options.merge_runs);
     out.push_back(*id);
     segment_begin = pos = match_end;
   }
-  encode_segment(text.substr(segment_begin), out);
+  encode_segment(text.substr(segment_begin), out, options.merge_runs);
 
   if (options.add_special && vocab_.add_eos) out.push_back(*vocab_.eos_id);
   return out;
 }
 
-void Tokenizer::encode_segment(std::string_view segment, std::vector<TokenId>& out) const {
+void Tokenizer::encode_segment(std::string_view segment, std::vector<TokenId>& out,
+                               bool merge_runs) const {
   if (segment.empty()) return;
   std::string with_prefix;
   if (vocab_.add_prefix_space && segment.front() != ' ') {
@@ -185,10 +246,11 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<TokenId>& o
     segment = with_prefix;
   }
   for (const auto& [begin, end] : pre_tokenizer_.split(segment))
-    encode_word(segment.substr(begin, end - begin), out);
+    encode_word(segment.substr(begin, end - begin), out, merge_runs);
 }
 
-void Tokenizer::encode_word(std::string_view word_bytes, std::vector<TokenId>& out) const {
+void Tokenizer::encode_word(std::string_view word_bytes, std::vector<TokenId>& out,
+                            bool merge_runs) const {
   const std::string spelled = to_byte_level(word_bytes);
   {
     std::lock_guard lock(cache_->mutex);
@@ -198,8 +260,10 @@ void Tokenizer::encode_word(std::string_view word_bytes, std::vector<TokenId>& o
     }
   }
   std::vector<TokenId> ids;
-  bpe(spelled, ids);
+  if (!merge_runs || !bpe_runs(spelled, ids)) bpe(spelled, ids);
   out.insert(out.end(), ids.begin(), ids.end());
+  // Long words are not kept: one 10 MB word would stay in memory as the cache key.
+  if (spelled.size() > kMaxCachedWordBytes) return;
   std::lock_guard lock(cache_->mutex);
   if (cache_->ids_by_word.size() >= WordCache::kMaxEntries) cache_->ids_by_word.clear();
   cache_->ids_by_word.emplace(spelled, std::move(ids));
@@ -282,6 +346,58 @@ void Tokenizer::bpe(const std::string& spelled, std::vector<TokenId>& out) const
       out.push_back(*vocab_.unk_id);  // a character the vocabulary cannot spell
     }
   }
+}
+
+bool Tokenizer::bpe_runs(const std::string& spelled, std::vector<TokenId>& out) const {
+  if (!merges_in_training_order_ || spelled.size() < kRunWordMin || vocab_.ignore_merges) {
+    return false;
+  }
+  // The word as runs of one character.
+  std::vector<SymbolRun> runs;
+  size_t symbols = 0;
+  for (size_t pos = 0; pos < spelled.size();) {
+    const size_t length = std::max<size_t>(1, utf8_sequence_length(spelled, pos));
+    size_t end = pos + length;
+    uint64_t n = 1;
+    while (end + length <= spelled.size() &&
+           spelled.compare(end, length, spelled, pos, length) == 0) {
+      end += length;
+      ++n;
+    }
+    const auto it = token_to_id_.find(spelled.substr(pos, length));
+    const TokenId id =
+        it == token_to_id_.end() || is_added_type(vocab_.types[it->second]) ? -1 : it->second;
+    runs.push_back({id, n});
+    symbols += n;
+    if (runs.size() * 16 > std::max(symbols, kRunWordMin)) return false;  // not run-like
+    pos = end;
+  }
+  // Merge by rank: the lowest-ranked pair present, at every place at once, which is what the
+  // merge loop does when results only merge later (merges_in_training_order_).
+  for (;;) {
+    const MergeResult* best = nullptr;
+    TokenId left = -1, right = -1;
+    const auto consider = [&](TokenId a, TokenId b) {
+      if (a < 0 || b < 0) return;
+      const auto it = merges_.find(pair_key(a, b));
+      if (it != merges_.end() && (!best || it->second.rank < best->rank)) {
+        best = &it->second;
+        left = a;
+        right = b;
+      }
+    };
+    for (size_t i = 0; i < runs.size(); ++i) {
+      if (runs[i].n >= 2) consider(runs[i].id, runs[i].id);
+      if (i + 1 < runs.size()) consider(runs[i].id, runs[i + 1].id);
+    }
+    if (!best) break;
+    runs = merge_everywhere(runs, left, right, best->merged);
+  }
+  for (const SymbolRun& r : runs) {
+    if (r.id < 0 && !vocab_.unk_id) continue;  // a character the vocabulary cannot spell
+    out.insert(out.end(), r.n, r.id >= 0 ? r.id : *vocab_.unk_id);
+  }
+  return true;
 }
 
 std::string Tokenizer::token_bytes(TokenId id) const {

@@ -27,6 +27,9 @@ struct EncodeOptions {
   bool parse_special = true;
   // Prepend BOS / append EOS when the vocabulary asks for it (add_bos / add_eos).
   bool add_special = false;
+  // Merge long words of few runs (10 MB of spaces) run by run: the same ids in linear time and
+  // memory. false: every word symbol by symbol (the reference the tests compare with).
+  bool merge_runs = true;
 };
 
 struct DecodeOptions {
@@ -75,9 +78,12 @@ class Tokenizer {
   struct WordCache;
 
   void check_and_index();
-  void encode_segment(std::string_view segment, std::vector<TokenId>& out) const;
-  void encode_word(std::string_view word_bytes, std::vector<TokenId>& out) const;
+  void encode_segment(std::string_view segment, std::vector<TokenId>& out, bool merge_runs) const;
+  void encode_word(std::string_view word_bytes, std::vector<TokenId>& out, bool merge_runs) const;
   void bpe(const std::string& spelled, std::vector<TokenId>& out) const;
+  // BPE over runs of one symbol (a long word of few distinct runs: 10 MB of spaces); false if
+  // the word has too many runs for it to pay off or the merges are not in training order.
+  bool bpe_runs(const std::string& spelled, std::vector<TokenId>& out) const;
   // Longest added token matching text at `pos`; nullopt if none.
   std::optional<TokenId> match_added(std::string_view text, size_t pos, bool parse_special) const;
 
@@ -85,6 +91,9 @@ class Tokenizer {
   PreTokenizer pre_tokenizer_;
   std::unordered_map<std::string, TokenId> token_to_id_;
   std::unordered_map<uint64_t, MergeResult> merges_;  // (left << 32 | right) -> rank, result
+  // Every merge's result takes part only in merges ranked after it (as when merges are listed
+  // in training order): then merging by rank, all places at once, is the merge loop's result.
+  bool merges_in_training_order_ = false;
   // Added tokens by first byte, longest first.
   std::vector<std::vector<TokenId>> added_by_first_byte_;
   std::unique_ptr<WordCache> cache_;

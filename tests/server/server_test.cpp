@@ -1,13 +1,6 @@
 // `steermoe serve` end to end on loopback: the server runs in this process on a free port with
 // the shipped model (models/steer-olmoe-tiny); requests go through cpp-httplib's client.
 #include <arpa/inet.h>
-#if defined(__SANITIZE_ADDRESS__)
-#define STEERMOE_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STEERMOE_ASAN 1
-#endif
-#endif
 #include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -28,87 +21,11 @@
 #include "../offload_params.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
-#include "server/http_server.hpp"
-#include "server/protocol.hpp"
 #include "server/utf8.hpp"
-#include "trace/calibration_file.hpp"
+#include "server_fixture.hpp"
 
-namespace steermoe::server {
+namespace steermoe::server::test {
 namespace {
-
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
-
-const fs::path kModel = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny";
-
-struct Shared {
-  std::unique_ptr<model::Model> model;
-  std::unique_ptr<tokenizer::Tokenizer> tok;
-  std::unique_ptr<policy::Calibration> calib;
-};
-
-Shared& shared() {
-  static Shared s = [] {
-    Shared x;
-    x.model = model::Model::load(kModel);
-    x.tok = std::make_unique<tokenizer::Tokenizer>(tokenizer::Tokenizer::load(kModel));
-    x.calib =
-        std::make_unique<policy::Calibration>(trace::read_calibration(kModel / "calib.smcal"));
-    return x;
-  }();
-  return s;
-}
-
-// A server on a free loopback port, serving on its own thread.
-class Running {
- public:
-  // `offload`: the server's --policy, --cache and --link (the tiny model's calibration added).
-  explicit Running(ServerOptions o = {}, schedule::OffloadRequest offload = {}) {
-    Shared& s = shared();
-    o.host = "127.0.0.1";
-    o.port = 0;
-    o.quiet = true;
-    o.model_name = "steer-olmoe-tiny";
-    offload.calibration = std::shared_ptr<const policy::Calibration>(
-        s.calib.get(), [](const policy::Calibration*) {});
-    offload.calibration_source = "calib.smcal";
-    o.worker.engine.offload = engine::resolve_offload(*s.model, offload);
-    server_ = std::make_unique<HttpServer>(*s.model, *s.tok, o);
-    port_ = server_->bind();
-    thread_ = std::thread([this] { server_->serve(); });
-  }
-  ~Running() {
-    server_->stop();
-    thread_.join();
-  }
-  int port() const { return port_; }
-  std::unique_ptr<httplib::Client> client(int timeout_s = 30) const {
-    auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
-    c->set_read_timeout(timeout_s, 0);
-    c->set_write_timeout(timeout_s, 0);
-    c->set_connection_timeout(5, 0);
-    c->set_tcp_nodelay(true);
-    return c;
-  }
-
- private:
-  std::unique_ptr<HttpServer> server_;
-  int port_ = 0;
-  std::thread thread_;
-};
-
-json post(const Running& r, const std::string& path, const json& body, int* status = nullptr) {
-  auto c = r.client();
-  auto res = c->Post(path, dump(body), "application/json");
-  EXPECT_TRUE(res) << "no response from " << path;
-  if (!res) return json();
-  if (status) *status = res->status;
-  return json::parse(res->body);
-}
-
-std::vector<int32_t> ids_of(const std::string& text) {
-  return shared().tok->encode(text, {.parse_special = false});
-}
 
 // The engine's own teacher-forced log-probabilities (steermoe perplexity's computation).
 std::vector<double> engine_logprobs(const std::vector<int32_t>& ids, const std::string& policy,
@@ -481,6 +398,7 @@ TEST(Server, OversizedBodiesAndSlowClients) {
   ServerOptions o;
   o.max_body_bytes = 1000;
   o.read_timeout_s = 1;
+  o.body_timeout_s = 1;
   Running r(o);
   auto c = r.client();
   auto big = c->Post("/v1/completions", std::string(5000, ' '), "application/json");
@@ -565,13 +483,6 @@ TEST(Server, DisconnectCancelsAndQueueOverflowIs503) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   EXPECT_GE(cancelled, 1) << body;
-}
-
-size_t rss_kb() {
-  std::ifstream in("/proc/self/statm");
-  size_t pages = 0, resident = 0;
-  in >> pages >> resident;
-  return resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) / 1024;
 }
 
 // A generator of malformed and random requests: the server answers every one with a 2xx/4xx
@@ -744,5 +655,223 @@ TEST(Server, EightConcurrentClients) {
   EXPECT_GT(busy.load(), 0) << "8 clients on a queue of 4 should overflow it sometimes";
 }
 
+// --- compatibility: sampling fields, ignored fields, model ids, end-of-turn stops -------------
+
+TEST(ServerProtocol, SamplingAndIgnoredFields) {
+  ProtocolLimits lim{.context = 256, .vocab = 4096};
+  const auto& tok = *shared().tok;
+  const CompletionRequest r = parse_completion({{"prompt", "x"},
+                                                {"top_k", -1},
+                                                {"min_p", 0.05},
+                                                {"repetition_penalty", 1.1},
+                                                {"presence_penalty", 0.5},
+                                                {"frequency_penalty", -0.5},
+                                                {"repeat_last_n", 32},
+                                                {"store", true},
+                                                {"metadata", {{"a", "b"}}},
+                                                {"service_tier", "auto"},
+                                                {"parallel_tool_calls", false},
+                                                {"user", "u-1"}},
+                                               tok, lim);
+  EXPECT_EQ(r.options.top_k, 0);
+  EXPECT_FLOAT_EQ(r.options.min_p, 0.05f);
+  EXPECT_FLOAT_EQ(r.options.repetition_penalty, 1.1f);
+  EXPECT_FLOAT_EQ(r.options.presence_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(r.options.frequency_penalty, -0.5f);
+  EXPECT_EQ(r.options.penalty_last_n, 32);
+  EXPECT_EQ(r.extras.ignored, (std::vector<std::string>{"store", "metadata", "service_tier",
+                                                        "parallel_tool_calls", "user"}));
+  EXPECT_EQ(parse_completion({{"prompt", "x"}, {"top_k", 40}}, tok, lim).options.top_k, 40);
+  auto param_of = [&](const json& body) {
+    try {
+      parse_completion(body, tok, lim);
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param;
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"top_k", -2}}), "top_k");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"min_p", 1.5}}), "min_p");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"repetition_penalty", 0}}), "repetition_penalty");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"presence_penalty", 2.5}}), "presence_penalty");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"frequency_penalty", "1"}}), "frequency_penalty");
+  // Fields whose meaning would be lost stay refused.
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"n", 2}}), "n");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"logit_bias", {{"5", 10}}}}), "logit_bias");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"suffix", "y"}}), "suffix");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"functions", json::array()}}), "functions");
+  auto chat_param = [&](const json& extra) {
+    json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+    body.update(extra);
+    try {
+      parse_chat(body, lim);
+    } catch (const ApiError& e) {
+      return e.param;
+    }
+    return std::string("<accepted>");
+  };
+  EXPECT_EQ(chat_param({{"tool_choice", "required"}}), "tool_choice");
+  EXPECT_EQ(chat_param({{"response_format", {{"type", "json_object"}}}}), "response_format");
+  EXPECT_EQ(chat_param({{"modalities", {"text", "audio"}}}), "modalities");
+  EXPECT_EQ(chat_param({{"store", false}, {"modalities", {"text"}}, {"reasoning_effort", "low"}}),
+            "<accepted>");
+}
+
+TEST(Server, SamplingFieldsReachTheSampler) {
+  Running r;
+  auto text = [&](json extra) {
+    json body = {{"prompt", "import os\ndef main("}, {"max_tokens", 24}, {"seed", 3}};
+    body.update(extra);
+    int status = 0;
+    const json res = post(r, "/v1/completions", body, &status);
+    EXPECT_EQ(status, 200) << dump(res);
+    return res["choices"][0]["text"].get<std::string>();
+  };
+  const std::string greedy = text({{"temperature", 0}});
+  // top_k 1 and min_p 1 keep only the most likely token: greedy, whatever the temperature.
+  EXPECT_EQ(text({{"temperature", 1.5}, {"top_k", 1}}), greedy);
+  EXPECT_EQ(text({{"temperature", 1.5}, {"min_p", 1.0}}), greedy);
+  EXPECT_NE(text({{"temperature", 1.5}}), greedy);
+  // The penalties change a greedy continuation (the tiny model repeats itself).
+  EXPECT_NE(text({{"temperature", 0}, {"repetition_penalty", 1.5}}), greedy);
+  EXPECT_NE(text({{"temperature", 0}, {"frequency_penalty", 1.5}}), greedy);
+  EXPECT_NE(text({{"temperature", 0}, {"presence_penalty", 1.5}}), greedy);
+  // ... and nothing is penalized with a window of 0.
+  EXPECT_EQ(text({{"temperature", 0}, {"presence_penalty", 1.5}, {"repeat_last_n", 0}}), greedy);
+}
+
+TEST(Server, ModelIdsAndTokenizeAliases) {
+  Running r;
+  auto c = r.client();
+  auto one = c->Get("/v1/models/steer-olmoe-tiny");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(one->status, 200);
+  EXPECT_EQ(json::parse(one->body)["id"], "steer-olmoe-tiny");
+  auto other = c->Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(other);
+  EXPECT_EQ(other->status, 404);
+  EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
+  for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/tokenize"}) {
+    int status = 0;
+    json body = {{"model", "gpt-4o"}};
+    if (path == std::string("/v1/chat/completions")) {
+      body["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+    } else {
+      body["prompt"] = "hi";
+    }
+    const json res = post(r, path, body, &status);
+    EXPECT_EQ(status, 404) << path << dump(res);
+    EXPECT_NE(res["error"]["message"].get<std::string>().find("gpt-4o"), std::string::npos);
+  }
+  int status = 0;
+  const json tk = post(r, "/v1/tokenize", {{"prompt", "hello world"}}, &status);
+  ASSERT_EQ(status, 200) << dump(tk);
+  EXPECT_EQ(tk["tokens"].get<std::vector<int32_t>>(), ids_of("hello world"));
+  const json dt = post(r, "/v1/detokenize", {{"tokens", tk["tokens"]}}, &status);
+  EXPECT_EQ(dt["prompt"], "hello world");
+}
+
+// The ChatML fallback's answer ends at <|im_end|> (the shipped small model writes it when
+// sampled; seeds 0..63 include several that do).
+TEST(Server, ChatMlAnswersStopAtEndOfTurn) {
+  static const auto small = model::Model::load(kModel.parent_path() / "steer-olmoe-small");
+  static const auto small_tok =
+      tokenizer::Tokenizer::load(kModel.parent_path() / "steer-olmoe-small");
+  ServerOptions o;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  o.quiet = true;
+  o.model_name = "small";
+  HttpServer server(*small, small_tok, o);
+  const int port = server.bind();
+  std::thread serving([&] { server.serve(); });
+  httplib::Client c("127.0.0.1", port);
+  c.set_read_timeout(30, 0);
+  int stopped = 0;
+  for (int seed = 0; seed < 64; ++seed) {
+    auto res = c.Post("/v1/chat/completions",
+                      dump({{"messages", {{{"role", "user"}, {"content", "hi"}}}},
+                            {"max_tokens", 40},
+                            {"temperature", 1.0},
+                            {"seed", seed}}),
+                      "application/json");
+    ASSERT_TRUE(res);
+    ASSERT_EQ(res->status, 200) << res->body;
+    const json j = json::parse(res->body);
+    const std::string content = j["choices"][0]["message"]["content"];
+    EXPECT_EQ(content.find("<|im_end|>"), std::string::npos) << "seed " << seed << ": " << content;
+    EXPECT_EQ(content.find("<|im_start|>"), std::string::npos) << "seed " << seed;
+    if (j["choices"][0]["finish_reason"] == "stop") ++stopped;
+  }
+  server.stop();
+  serving.join();
+  EXPECT_GT(stopped, 0);
+}
+
+// The chat page at / in headless Chromium (skipped where Chromium is not installed): load it
+// with a message (?q=), see the streamed reply and the cache picture (tokens routed, experts
+// that ran for the last token) change from the warm set shown before any request.
+TEST(Server, ChatPageInHeadlessChromium) {
+  const char* candidates[] = {"/usr/bin/chromium", "/usr/bin/chromium-browser",
+                              "/usr/bin/google-chrome"};
+  std::string browser;
+  for (const char* c : candidates) {
+    if (access(c, X_OK) == 0) browser = c;
+  }
+  if (browser.empty()) GTEST_SKIP() << "no Chromium (apt-get install chromium)";
+  Running r({}, {.policy = "psr:lambda=0.3,n=1", .cache = 32, .link = "emulated:16"});
+  auto page = r.client()->Get("/");
+  ASSERT_TRUE(page);
+  EXPECT_EQ(page->status, 200);
+  EXPECT_NE(page->body.find("/steermoe/cache"), std::string::npos);
+  const json before = json::parse(r.client()->Get("/steermoe/cache")->body);
+  EXPECT_EQ(before["step"], 0);
+  EXPECT_EQ(before["layers"].size(), 8u);
+  EXPECT_EQ(before["layers"][0]["resident"].size(), 32u) << "the warm set";
+  const std::string url = "http://127.0.0.1:" + std::to_string(r.port()) + "/?q=Hello%20there";
+  // A private profile; the first start of a browser can be slow, so up to three tries (the
+  // page marks <body data-state="done"> when the answer has streamed and the view is updated).
+  const fs::path profile =
+      fs::temp_directory_path() / ("steermoe_chromium_" + std::to_string(getpid()));
+  const std::string command = browser +
+                              " --headless=new --no-sandbox --disable-gpu --no-first-run " +
+                              "--user-data-dir=" + profile.string() +
+                              " --virtual-time-budget=30000 --dump-dom '" + url + "' 2>/dev/null";
+  std::string dom;
+  for (int attempt = 0; attempt < 3 && dom.find("data-state=\"done\"") == std::string::npos;
+       ++attempt) {
+    dom.clear();
+    std::FILE* pipe = ::popen(command.c_str(), "r");
+    ASSERT_NE(pipe, nullptr);
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) dom.append(buf, n);
+    ::pclose(pipe);
+  }
+  fs::remove_all(profile);
+  ASSERT_NE(dom.find("data-state=\"done\""), std::string::npos)
+      << dom.substr(std::min(dom.size(), dom.find("<body")), 3000);
+  // The reply: an assistant message with text and its report line, no error.
+  const size_t reply = dom.find("class=\"msg assistant\"");
+  ASSERT_NE(reply, std::string::npos) << dom.substr(0, 4000);
+  EXPECT_EQ(dom.find("class=\"msg error\""), std::string::npos);
+  const size_t text_at = dom.find('>', reply) + 1;
+  const size_t meta = dom.find("<div class=\"meta\">", reply);
+  ASSERT_NE(meta, std::string::npos) << "the report line after the reply";
+  const std::string text = dom.substr(text_at, meta - text_at);
+  EXPECT_NE(text.find_first_not_of(" \n\t"), std::string::npos) << "an empty reply";
+  EXPECT_NE(dom.find("tokens,", meta), std::string::npos);
+  // The cache picture changed: experts that ran for the last token, tokens routed.
+  EXPECT_NE(dom.find("selected"), std::string::npos);
+  const size_t routed = dom.find("tokens routed");
+  ASSERT_NE(routed, std::string::npos);
+  const size_t value = dom.find("<b>", routed);
+  ASSERT_NE(value, std::string::npos);
+  EXPECT_NE(dom.substr(value, 5), "<b>0<") << "no tokens routed";
+  const json after = json::parse(r.client()->Get("/steermoe/cache")->body);
+  EXPECT_GT(after["version"].get<int64_t>(), before["version"].get<int64_t>());
+  EXPECT_GT(after["step"].get<int64_t>(), 0);
+}
+
 }  // namespace
-}  // namespace steermoe::server
+}  // namespace steermoe::server::test

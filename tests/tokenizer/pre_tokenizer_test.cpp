@@ -4,6 +4,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "common/error.hpp"
 #include "tokenizer/byte_level.hpp"
 
@@ -96,6 +98,58 @@ TEST(PreTokenizer, BadRegexNamesFieldAndPattern) {
 TEST(PreTokenizer, CatastrophicBacktrackingFailsCleanly) {
   const PreTokenizer pre({{"(a+)+$", SplitBehavior::kIsolated, false}}, "test");
   EXPECT_THROW(pre.split(std::string(5000, 'a') + "!"), Error);
+}
+
+// Long runs of one code point are matched shortened and their middle restored: the pieces are
+// exactly those of matching the text as it is.
+TEST(PreTokenizer, LongRunsGiveThePiecesOfTheTextAsItIs) {
+  const std::vector<std::string> units = {
+      " ", "a", "7", "!", "\n", "\t", "\xc3\xa9", "\xe4\xb8\xad", "'"};
+  const std::vector<std::string> before = {"", "x", "1", " ", "Hello ", "\n", "12"};
+  const std::vector<std::string> after = {"", "a", " b", "9", "!", "\n"};
+  int shortened = 0;
+  for (const PreTokenizerFamily& family : pre_tokenizer_families()) {
+    const PreTokenizer pre(splits_of(family), "test");
+    for (const std::string& unit : units) {
+      for (size_t n : {size_t{4096}, size_t{4157}, size_t{6007}}) {
+        std::string run;
+        for (size_t i = 0; i < n; ++i) run += unit;
+        for (size_t k = 0; k < before.size(); ++k) {
+          const std::string& a = after[(k + n) % after.size()];
+          const std::string text = before[k] + run + a + (k % 3 == 0 ? " and " + run + "z" : "");
+          size_t runs = 0;
+          ASSERT_EQ(pre.split(text, true, &runs), pre.split(text, /*shorten_runs=*/false))
+              << family.name << ", unit '" << unit << "' x " << n << ", before '" << before[k]
+              << "', after '" << a << "'";
+          // Matched shortened (the test would compare the reference with itself otherwise).
+          EXPECT_EQ(runs, k % 3 == 0 ? 2u : 1u) << family.name << ", unit '" << unit << "'";
+          ++shortened;
+        }
+      }
+    }
+  }
+  EXPECT_GT(shortened, 900);
+}
+
+// 10 MB of one code point: every family splits it quickly (matching it as it is exceeds
+// PCRE2's limits for four of the five).
+TEST(PreTokenizer, TenMegabytesOfOneCodePoint) {
+  const size_t n = 10'000'000;
+  for (const PreTokenizerFamily& family : pre_tokenizer_families()) {
+    const PreTokenizer pre(splits_of(family), "test");
+    const auto t0 = std::chrono::steady_clock::now();
+    const auto spaces = pre.split(std::string(n, ' ') + "a");
+    const auto digits = pre.split(std::string(n, '7'));
+    const auto letters = pre.split(std::string(n, 'a') + " ");
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_LT(s, 10.0) << family.name;
+    // The spaces but the last are one piece; the last one goes with the letter.
+    ASSERT_EQ(spaces.size(), 2u) << family.name;
+    EXPECT_EQ(spaces[0], std::make_pair(size_t{0}, n - 1)) << family.name;
+    const size_t per_digit_piece = family.name == "gpt-2" ? n : family.name == "qwen2" ? 1 : 3;
+    EXPECT_EQ(digits.size(), (n + per_digit_piece - 1) / per_digit_piece) << family.name;
+    EXPECT_EQ(letters.front(), std::make_pair(size_t{0}, n)) << family.name;
+  }
 }
 
 TEST(PreTokenizer, FamiliesAreRecognisedFromTheirRegexes) {

@@ -1,0 +1,129 @@
+// The CLI as a user meets it, through the built binary: `run`'s sampling defaults (llama-cli's)
+// keep the shipped small model from looping where greedy decoding does; every output path
+// reports a failed write (a full device) with exit status 1 and the file's name.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <sstream>
+#include <string>
+
+#include "../cli_runner.hpp"
+
+namespace steermoe {
+namespace {
+
+namespace fs = std::filesystem;
+using test_support::run_cli;
+
+const fs::path kSmall = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-small";
+
+// The most times one non-blank line of `text` occurs.
+int most_repeated_line(const std::string& text) {
+  std::map<std::string, int> seen;
+  std::istringstream in(text);
+  int most = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    most = std::max(most, ++seen[line]);
+  }
+  return most;
+}
+
+// The demo's command (scripts/setup-and-demo.sh) with the resident link: the text is the same
+// on every link.
+std::string demo(const std::string& extra) {
+  const auto r = run_cli("run -m " + kSmall.string() + " -p 'def read_config(path):' -n 64 " +
+                         "--policy psr:lambda=0.3,n=1 --residency 0.5 --link resident --calib " +
+                         (kSmall / "calib.smcal").string() + " " + extra);
+  EXPECT_EQ(r.status, 0) << r.output;
+  return r.output.substr(0, r.output.find("\nprompt: "));  // the text, not the speed report
+}
+
+TEST(CliRun, DefaultSamplingDoesNotLoopWhereGreedyDoes) {
+  const std::string greedy = demo("--temp 0");
+  EXPECT_GE(most_repeated_line(greedy), 4) << "greedy decoding of this prompt loops:\n" << greedy;
+  for (int seed = 0; seed < 4; ++seed) {
+    const std::string sampled = demo("--seed " + std::to_string(seed));
+    EXPECT_LE(most_repeated_line(sampled), 2) << "seed " << seed << ":\n" << sampled;
+    EXPECT_EQ(sampled, demo("--seed " + std::to_string(seed))) << "the same seed, the same text";
+  }
+  // --temp 0 is the model's argmax: the default repeat penalty does not apply to it ...
+  EXPECT_EQ(greedy, demo("--temp 0 --repeat-penalty 1"));
+  // ... unless asked for.
+  EXPECT_NE(greedy, demo("--temp 0 --repeat-penalty 1.3"));
+}
+
+TEST(CliRun, HelpStatesTheSamplingDefaults) {
+  const auto r = run_cli("run --help");
+  ASSERT_EQ(r.status, 0);
+  for (const char* flag :
+       {"--temp FLOAT:FLOAT in [0 - 100]=0.8", "--top-k INT:INT in [0 - 16777216]=40",
+        "--top-p FLOAT:FLOAT in [0 - 1]=0.95", "--min-p FLOAT:FLOAT in [0 - 1]=0.05",
+        "--repeat-penalty FLOAT:FLOAT in [0.01 - 10]=1.1",
+        "--repeat-last-n INT:INT in [-1 - 16777216]=64"}) {
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
+  }
+}
+
+// --- output paths --------------------------------------------------------------------------
+
+const fs::path kTiny = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny";
+
+// A device where every write fails with ENOSPC: /dev/full's twin in a private folder when this
+// process may create device nodes (root: so that a regression that renames onto the output
+// replaces only the twin), else /dev/full itself.
+fs::path full_device() {
+  static const fs::path path = [] {
+    const fs::path dir = fs::temp_directory_path() / ("steermoe_cli_" + std::to_string(getpid()));
+    fs::create_directories(dir);
+    const fs::path node = dir / "full";
+    fs::remove(node);
+    if (::mknod(node.c_str(), S_IFCHR | 0666, makedev(1, 7)) == 0) return node;
+    return fs::path("/dev/full");
+  }();
+  return path;
+}
+
+// `stdout_to`: where stdout goes (stderr stays on the pipe the test reads).
+void expect_write_failure(const std::string& args, const std::string& named,
+                          const std::string& stdout_to = "") {
+  const fs::path dev = full_device();
+  std::string command = std::string(STEERMOE_BINARY) + " " + args + " 2>&1";
+  if (!stdout_to.empty()) command += " >" + stdout_to;
+  test_support::CliResult r;
+  std::FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, pipe)) > 0;) r.output.append(buf, n);
+  const int status = ::pclose(pipe);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  EXPECT_EQ(r.status, 1) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find(named), std::string::npos) << args << "\n" << r.output;
+  EXPECT_NE(r.output.find("output"), std::string::npos) << r.output;
+  struct stat st {};
+  ASSERT_EQ(::stat(dev.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode)) << dev << " was replaced by the command";
+}
+
+TEST(CliOutput, EveryOutputPathReportsAFailedWrite) {
+  const std::string dev = full_device().string();
+  const fs::path text = fs::path(STEERMOE_SOURCE_DIR) / "data" / "text" / "heldout.txt";
+  // Files named by a flag.
+  expect_write_failure("logits -m " + kTiny.string() + " --tokens 1,2,3 -o " + dev, dev);
+  expect_write_failure("perplexity -m " + kTiny.string() + " -f " + text.string() +
+                           " --window 32 --max-windows 1 --scores " + dev,
+                       dev);
+  // Outputs renamed into place are refused before any work.
+  expect_write_failure("convert -m " + kTiny.string() + " -o " + dev, dev);
+  // stdout.
+  expect_write_failure("tokenize -m " + kTiny.string() + " --text 'hello world'", "stdout", dev);
+  expect_write_failure("run -m " + kTiny.string() + " -p hello -n 4", "stdout", dev);
+  if (full_device() != "/dev/full") fs::remove_all(full_device().parent_path());
+}
+
+}  // namespace
+}  // namespace steermoe
