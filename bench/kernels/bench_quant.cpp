@@ -195,6 +195,35 @@ void compute_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_QuantComputeL2)->Apply(compute_args)->MinTime(0.2);
 
+// The quantizer (`steermoe quantize`, `make-model --type`): f32 rows of 2048 uniform values (the
+// made models' weights) encoded as the type, 1 thread, CPU time. Counter weights_per_us.
+void BM_QuantizeRows(benchmark::State& state) {
+  const auto t = static_cast<quant::Type>(state.range(0));
+  state.SetLabel(std::string(quant::name(t)));
+  const size_t n = 64 * 2048;
+  std::vector<float> x(n);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  for (auto& v : x) v = dist(rng);
+  std::vector<uint8_t> out(quant::bytes_for(t, n));
+  double seconds = 0.0;
+  for (auto _ : state) {
+    const double t0 = thread_cpu_seconds();
+    quant::quantize_row(t, x.data(), out.data(), n);
+    seconds += thread_cpu_seconds() - t0;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["weights_per_us"] =
+      static_cast<double>(state.iterations() * n) / (seconds * 1e6);
+}
+BENCHMARK(BM_QuantizeRows)
+    ->ArgName("type")
+    ->Arg(static_cast<int>(quant::Type::kQ8_0))
+    ->Arg(static_cast<int>(quant::Type::kQ4_K))
+    ->Arg(static_cast<int>(quant::Type::kQ5_K))
+    ->Arg(static_cast<int>(quant::Type::kQ6_K))
+    ->MinTime(0.3);
+
 }  // namespace
 
 BENCHMARK_MAIN();
