@@ -62,6 +62,7 @@ const QuantOps& vnni_quant_ops() {
     auto set = [&o]<QuantTileFn F8, QuantTileFn F4, QuantTileFn F2, QuantTileFn F1>(DType t) {
       const size_t i = static_cast<size_t>(t) - static_cast<size_t>(DType::kQ8_0);
       o.dot[i] = z_single<F1>;
+      o.rows[i] = z_rows<F1>;
       o.tile[i][0] = F8;
       o.tile[i][1] = F4;
       o.tile[i][2] = F2;

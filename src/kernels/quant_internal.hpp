@@ -40,6 +40,12 @@ using QuantDotFn = float (*)(const uint8_t* row, const ActQ8& a, size_t cols);
 // computed exactly as the single-input kernel computes it (the same operations in the same
 // order), so results do not depend on the tiling.
 using QuantTileFn = void (*)(const uint8_t* row, const ActQ8* a, size_t cols, float* out);
+// Decode: rows [row_begin, row_end) of a matrix (row r at data + r * stride_bytes) against one
+// quantized input, y[r - row_begin] = finish(dot(row r, a)) as MatvecParams say; the same bits as
+// `dot` per row, without a call and the kernel's set-up per row.
+using QuantRowsFn = void (*)(const uint8_t* data, size_t stride_bytes, size_t row_begin,
+                             size_t row_end, const ActQ8& a, size_t cols, float* y,
+                             const MatvecParams& p);
 // Input counts of the tiles (QuantOps::tile[type][k] takes kTileInputs[k] inputs).
 inline constexpr size_t kTileInputs[3] = {8, 4, 2};
 // FP8 row: scales of this row's 128-row block (ceil(cols / 128) floats), f32 x.
@@ -51,6 +57,7 @@ struct QuantOps {
   Fp8DotFn dot_fp8;
   // Optional multi-input kernels, [type][k] for kTileInputs[k] inputs; null: `dot` per input.
   QuantTileFn tile[8][3] = {};
+  QuantRowsFn rows[8] = {};  // optional, for single-input products
 };
 
 const QuantOps& scalar_quant_ops();

@@ -246,6 +246,11 @@ void quant_matmul_rows(const QuantOps& ops, const Matrix& w, const float* x, siz
   const size_t type = static_cast<size_t>(w.dtype) - static_cast<size_t>(DType::kQ8_0);
   const QuantDotFn dot = ops.dot[type];
   const size_t stride_bytes = row_bytes(w.dtype, w.stride());
+  if (n == 1 && ops.rows[type] != nullptr) {
+    const ActQ8 a = ops.quantize_act(x, w.cols, scratch);
+    ops.rows[type](data, stride_bytes, row_begin, row_end, a, w.cols, y + (row_begin - y_row0), p);
+    return;
+  }
   for (size_t i0 = 0; i0 < n; i0 += kMaxStack) {
     const size_t ni = std::min(kMaxStack, n - i0);
     for (size_t i = 0; i < ni; ++i) {
