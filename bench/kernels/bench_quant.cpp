@@ -148,6 +148,82 @@ void args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_QuantMatvecVsRead)->Apply(args)->Iterations(3)->Unit(benchmark::kMillisecond);
 
+// Compute speed without memory: a 128 x 2048 matrix (144-272 KiB, L2-resident) times n inputs
+// (n = 1: decode matvec; n > 1: the prefill matmul), 1 thread, CPU time. Counter
+// weights_per_ns: weights x inputs per nanosecond. The decode kernels must be well above the
+// memory floor's rate (bytes per ns / bytes per weight) for decode to be memory-bound.
+// Args: dtype, n, isa.
+void BM_QuantComputeL2(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  const auto n = static_cast<size_t>(state.range(1));
+  const auto isa = static_cast<Isa>(state.range(2));
+  if (!isa_available(isa)) {
+    state.SkipWithError("CPU lacks this instruction set");
+    return;
+  }
+  set_active_isa(isa);
+  state.SetLabel(std::string(dtype_name(t)) + "/" + std::string(isa_name(isa)));
+  const size_t rows = 128, cols = 2048;
+  const Matrix m{.data = pool(t).data(), .dtype = t, .rows = rows, .cols = cols};
+  std::vector<float> x(cols * n), y(rows * n);
+  for (size_t c = 0; c < x.size(); ++c) x[c] = static_cast<float>(c % 17) / 17.0f - 0.4f;
+  ThreadPool pool1(1);
+  double seconds = 0.0;
+  for (auto _ : state) {
+    const double t0 = thread_cpu_seconds();
+    if (n == 1) {
+      matvec(pool1, m, x.data(), y.data());
+    } else {
+      matmul(pool1, m, x.data(), n, y.data());
+    }
+    seconds += thread_cpu_seconds() - t0;
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weights_per_ns"] =
+      static_cast<double>(state.iterations() * rows * cols * n) / (seconds * 1e9);
+}
+
+void compute_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "n", "isa"});
+  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ4_K}) {
+    for (int n : {1, 8, 64}) {
+      for (Isa isa : {Isa::kAvx2, best_isa()}) {
+        b->Args({static_cast<int>(t), n, static_cast<int>(isa)});
+      }
+    }
+  }
+}
+BENCHMARK(BM_QuantComputeL2)->Apply(compute_args)->MinTime(0.2);
+
+// The quantizer (`steermoe quantize`, `make-model --type`): f32 rows of 2048 uniform values (the
+// made models' weights) encoded as the type, 1 thread, CPU time. Counter weights_per_us.
+void BM_QuantizeRows(benchmark::State& state) {
+  const auto t = static_cast<quant::Type>(state.range(0));
+  state.SetLabel(std::string(quant::name(t)));
+  const size_t n = 64 * 2048;
+  std::vector<float> x(n);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> dist(-0.05f, 0.05f);
+  for (auto& v : x) v = dist(rng);
+  std::vector<uint8_t> out(quant::bytes_for(t, n));
+  double seconds = 0.0;
+  for (auto _ : state) {
+    const double t0 = thread_cpu_seconds();
+    quant::quantize_row(t, x.data(), out.data(), n);
+    seconds += thread_cpu_seconds() - t0;
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["weights_per_us"] =
+      static_cast<double>(state.iterations() * n) / (seconds * 1e6);
+}
+BENCHMARK(BM_QuantizeRows)
+    ->ArgName("type")
+    ->Arg(static_cast<int>(quant::Type::kQ8_0))
+    ->Arg(static_cast<int>(quant::Type::kQ4_K))
+    ->Arg(static_cast<int>(quant::Type::kQ5_K))
+    ->Arg(static_cast<int>(quant::Type::kQ6_K))
+    ->MinTime(0.3);
+
 }  // namespace
 
 BENCHMARK_MAIN();

@@ -2,17 +2,21 @@
 // Qwen3-30B-A3B, Moonlight-16B-A3B, the dense Qwen3-0.6B), a small one, or the shape of a
 // config.json, as GGUF (-o ending in .gguf) or as an HF folder (config.json +
 // model.safetensors), with a synthetic byte-level BPE tokenizer so that `run` works on it.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "common/output_file.hpp"
 #include "model/hf_config.hpp"
+#include "model/quant_mix.hpp"
 #include "model/weights_layout.hpp"
 #include "tokenizer/byte_level.hpp"
 #include "tokenizer/gguf_vocab.hpp"
@@ -67,6 +71,8 @@ void add_make_model_command(CLI::App& root) {
     std::string output;
     uint64_t seed = 1;
     int layers = 0;
+    std::string type;  // a quantization scheme: matrices written quantized directly
+    int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -84,8 +90,17 @@ void add_make_model_command(CLI::App& root) {
       cmd->add_option("--config", o->config, "A HuggingFace config.json giving the shape");
   shape->excludes(config);
   cmd->add_flag("--random", o->random, "Random weights (the only source supported)")->required();
-  cmd->add_option("--dtype", o->dtype, "Storage type of the matrices (norms stay f32)")
-      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  auto* dtype_opt =
+      cmd->add_option("--dtype", o->dtype, "Storage type of the matrices (norms stay f32)")
+          ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  cmd->add_option("--type", o->type,
+                  "Write the matrices quantized (GGUF only), streaming, as `quantize --type` "
+                  "would: " +
+                      model::quant_scheme_names())
+      ->excludes(dtype_opt);
+  cmd->add_option("-t,--threads", o->threads, "Threads that draw and quantize the values")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output: a .gguf path or a folder")->required();
   cmd->add_option("--seed", o->seed, "Random seed");
   cmd->add_option("--layers", o->layers,
@@ -111,6 +126,26 @@ void add_make_model_command(CLI::App& root) {
     const model::DType dtype = o->dtype == "bf16"  ? model::DType::kBF16
                                : o->dtype == "f16" ? model::DType::kF16
                                                    : model::DType::kF32;
+    // Each slot's stored type: --dtype for every matrix, or the --type mixture's choice.
+    std::function<model::DType(const model::TensorSlot&)> dtype_of =
+        [dtype](const model::TensorSlot& s) { return s.vector() ? model::DType::kF32 : dtype; };
+    if (!o->type.empty()) {
+      const auto scheme = model::parse_quant_scheme(o->type);
+      if (!scheme) {
+        fail("--type", "scheme", "expected one of {}, found '{}'", model::quant_scheme_names(),
+             o->type);
+      }
+      if (std::filesystem::path(o->output).extension() != ".gguf") {
+        fail("--output", "path",
+             "--type writes GGUF block types: expected a path ending in .gguf, "
+             "found '{}'",
+             o->output);
+      }
+      dtype_of = [c, sch = *scheme](const model::TensorSlot& s) {
+        return model::choose_quant_dtype(sch, c, s, nullptr);
+      };
+    }
+    const model::SlotSource source = model::random_slot_source(dtype_of, o->seed, o->threads);
     const auto t0 = std::chrono::steady_clock::now();
     const std::optional<tokenizer::Vocabulary> vocab = synthetic_vocabulary(c.vocab);
     const bool to_gguf = std::filesystem::path(o->output).extension() == ".gguf";
@@ -118,12 +153,12 @@ void add_make_model_command(CLI::App& root) {
     if (vocab && to_gguf) extra = tokenizer::gguf_metadata(*vocab);
     if (to_gguf) {
       // One file, written under a temporary name and renamed when complete (OutputFile).
-      model::write_model(c, o->output, model::random_slot_source(dtype, o->seed), extra);
+      model::write_model(c, o->output, source, extra);
     } else {
       // A folder staged next to the output, moved into place (config.json last) when complete:
       // an interrupted or failed run leaves no loadable-looking partial folder.
       StagedDirectory staged(o->output, "config.json");
-      model::write_model(c, staged.staging(), model::random_slot_source(dtype, o->seed), extra);
+      model::write_model(c, staged.staging(), source, extra);
       if (vocab) tokenizer::write_hf_tokenizer(*vocab, staged.staging());
       staged.commit();
     }

@@ -1,10 +1,12 @@
 // `steermoe quantize`: writes a model as a GGUF of quantized weights (a plain type or a _M
 // mixture; rules in model/quant_mix.cpp, quantizers in quant/quantize.cpp), with the tokenizer.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.hpp"
@@ -23,6 +25,7 @@ void add_quantize_command(CLI::App& root) {
     std::string model;
     std::string type = "q4_k_m";
     std::string output;
+    int threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -32,6 +35,9 @@ void add_quantize_command(CLI::App& root) {
   cmd->add_option("--type", o->type, "Scheme: " + model::quant_scheme_names())
       ->capture_default_str();
   cmd->add_option("-o,--output", o->output, "Output .gguf path")->required();
+  cmd->add_option("-t,--threads", o->threads, "Threads that quantize (default: every core)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   cmd->final_callback([o] {
     // Written as "<output>.tmp" and renamed: never onto a device or pipe.
     check_renamable_output(o->output);
@@ -61,13 +67,14 @@ void add_quantize_command(CLI::App& root) {
       out_bytes += *model::dtype_byte_size(dt, s.elements());
     }
     const model::QuantScheme sch = *scheme;
-    model::write_model(
-        c, o->output,
-        model::model_slot_source(*model,
-                                 [&c, sch](const model::TensorSlot& s, model::DType) {
-                                   return model::choose_quant_dtype(sch, c, s, nullptr);
-                                 }),
-        extra);
+    model::write_model(c, o->output,
+                       model::model_slot_source(
+                           *model,
+                           [&c, sch](const model::TensorSlot& s, model::DType) {
+                             return model::choose_quant_dtype(sch, c, s, nullptr);
+                           },
+                           o->threads),
+                       extra);
     for (const auto& n : notes) std::fprintf(stderr, "quantize: %s\n", n.c_str());
     std::fprintf(stderr, "quantized %s -> %s (%s): %.1f MB -> %.1f MB\n", o->model.c_str(),
                  o->output.c_str(), sch.name.c_str(), static_cast<double>(in_bytes) / 1e6,

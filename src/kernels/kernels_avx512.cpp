@@ -153,6 +153,15 @@ SM_TARGET_BF16 void bf16_matmul_impl(const Matrix& w, const uint16_t* xb, size_t
     // Decode: one pass over the rows without super-blocks (measured ~3% closer to the read
     // bandwidth). 8-row tiles for 2 KiB rows were tried and measured no better than 4.
     size_t r = row_begin;
+    if (w.stride() < kPrefetchMinCols) {
+      // Rows shorter than a 4 KiB page: one row at a time, so each page is read as one ascending
+      // stream (4-row tiles put 2 rows of one page in flight at once, which the hardware
+      // prefetcher follows badly). bench_kernels VsRead, 2048 x 1024, side by side on the loaded
+      // machine: 0.50-0.56 of the read bandwidth with 4-row tiles, 0.91-0.95 one row at a time;
+      // 4 KiB rows measured no better that way. A row's sum is the same in either tiling.
+      for (; r < row_end; ++r) bf16_tile<1, 1>(w, r, xb, padded, 0, out, p);
+      return;
+    }
     // Prefetching tiles need a next tile inside this matrix (it may be another thread's: harmless).
     const bool prefetch = w.cols >= kPrefetchMinCols;
     for (; prefetch && r + R <= row_end && r + 2 * R <= w.rows; r += R) {

@@ -1,5 +1,5 @@
 // Block-quantized products, AVX2: maddubs (u8 x s8 -> pairs of int16, exact for these ranges) then
-// madd with ones.
+// madd with ones; multi-input tiles for Q8_0, Q4_K and Q6_K (quant_ymm_tiles.inc).
 #include <algorithm>
 #include <cstring>
 
@@ -19,11 +19,28 @@ struct IntDot {
 };
 
 #include "kernels/quant_simd.inc"
+// After quant_simd.inc: the tiles use its helpers (q_load, q_f16, q_hsum) and IntDot.
+#include "kernels/quant_ymm_tiles.inc"  // NOLINT(build/include_order)
 
 }  // namespace
 
 const QuantOps& avx2_quant_ops() {
-  return simd_quant_ops();
+  static const QuantOps ops = [] {
+    QuantOps o = simd_quant_ops();
+    auto set = [&o]<QuantTileFn F8, QuantTileFn F4, QuantTileFn F2, QuantTileFn F1>(DType t) {
+      const size_t i = static_cast<size_t>(t) - static_cast<size_t>(DType::kQ8_0);
+      o.dot[i] = y_single<F1>;
+      o.rows[i] = y_rows<F1>;
+      o.tile[i][0] = F8;
+      o.tile[i][1] = F4;
+      o.tile[i][2] = F2;
+    };
+    set.operator()<yt_q8_0<8>, yt_q8_0<4>, yt_q8_0<2>, yt_q8_0<1>>(DType::kQ8_0);
+    set.operator()<yt_q4_k<8>, yt_q4_k<4>, yt_q4_k<2>, yt_q4_k<1>>(DType::kQ4_K);
+    set.operator()<yt_q6_k<8>, yt_q6_k<4>, yt_q6_k<2>, yt_q6_k<1>>(DType::kQ6_K);
+    return o;
+  }();
+  return ops;
 }
 
 }  // namespace steermoe::kernels::detail

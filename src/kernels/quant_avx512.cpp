@@ -1,5 +1,5 @@
-// Block-quantized products, AVX-512 VNNI: vpdpbusd on ymm (u8 x s8 quads summed into int32 in one
-// instruction).
+// Block-quantized products, AVX-512 VNNI: vpdpbusd (u8 x s8 quads summed into int32 in one
+// instruction) on ymm for most types, on zmm with multi-input tiles for Q8_0, Q4_K and Q6_K.
 #include <algorithm>
 #include <cstring>
 
@@ -20,56 +20,8 @@ struct IntDot {
 };
 
 #include "kernels/quant_simd.inc"
-
-// Q4_K on zmm: the 32 bytes of nibbles for sub-blocks 2c and 2c+1 become one 64-byte vector
-// (low nibbles | high nibbles) that lines up with 64 consecutive activation bytes, so one
-// vpdpbusd forms both sub-blocks' sums (lanes 0-7 and 8-15) and one f32 FMA applies both scales.
-// Same integer sums as the scalar reference; the f32 combination is per lane, as the ymm code.
-SM_QTARGET float z_dot_q4_k(const uint8_t* row, const ActQ8& a, size_t cols) {
-  __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
-  __m256 mins = _mm256_setzero_ps();
-  const __m256i low = _mm256_set1_epi8(0x0F);
-  const __m512i pick[4] = {_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1),
-                           _mm512_setr_epi32(2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3),
-                           _mm512_setr_epi32(4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5),
-                           _mm512_setr_epi32(6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7)};
-  for (size_t b = 0; b < cols / 256; ++b, row += 144) {
-    const float d = q_f16(row);
-    const float dmin = q_f16(row + 2);
-    uint32_t w[3];
-    std::memcpy(w, row + 4, 12);
-    const uint32_t sc8[2] = {w[0] & 0x3f3f3f3fu,
-                             (w[2] & 0x0f0f0f0fu) | (((w[0] >> 6) & 0x03030303u) << 4)};
-    const uint32_t m8[2] = {w[1] & 0x3f3f3f3fu,
-                            ((w[2] >> 4) & 0x0f0f0f0fu) | (((w[1] >> 6) & 0x03030303u) << 4)};
-    const __m256 scf = _mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sc8))));
-    const __m256 mf = _mm256_cvtepi32_ps(
-        _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(m8))));
-    const __m512 sv = _mm512_castps256_ps512(
-        _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(d), scf), _mm256_loadu_ps(a.d + b * 8)));
-    mins = _mm256_fmadd_ps(_mm256_mul_ps(_mm256_set1_ps(dmin), mf), _mm256_loadu_ps(a.s32 + b * 8),
-                           mins);
-    const uint8_t* qs = row + 16;
-    const int8_t* xq = a.q + b * 256;
-    for (int c = 0; c < 4; ++c) {
-      const __m256i q = q_load(qs + 32 * c);
-      const __m512i wv = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_and_si256(q, low)),
-                                            _mm256_and_si256(_mm256_srli_epi16(q, 4), low), 1);
-      const __m512i x = _mm512_loadu_si512(xq + 64 * c);
-      const __m512i i = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, x);
-      const __m512 scale = _mm512_permutexvar_ps(pick[c], sv);
-      if (c % 2 == 0) {
-        acc0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), scale, acc0);
-      } else {
-        acc1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i), scale, acc1);
-      }
-    }
-  }
-  const __m512 acc = _mm512_add_ps(acc0, acc1);
-  const __m256 half = _mm256_add_ps(_mm512_castps512_ps256(acc), _mm512_extractf32x8_ps(acc, 1));
-  return q_hsum(half) - q_hsum(mins);
-}
+// After quant_simd.inc: the tiles use its helpers (q_load, q_f16, q_hsum).
+#include "kernels/quant_avx512_tiles.inc"  // NOLINT(build/include_order)
 
 // FP8 on zmm: 16 codes -> 16 f16 bit patterns ((sign << 8) | (magnitude << 7), the value times
 // 2^-8) -> 16 floats per step; the 2^8 is folded into the block scale, as in the ymm code.
@@ -107,7 +59,17 @@ SM_QTARGET float z_dot_fp8(const uint8_t* row, const float* scales, const float*
 const QuantOps& vnni_quant_ops() {
   static const QuantOps ops = [] {
     QuantOps o = simd_quant_ops();
-    o.dot[static_cast<size_t>(DType::kQ4_K) - static_cast<size_t>(DType::kQ8_0)] = z_dot_q4_k;
+    auto set = [&o]<QuantTileFn F8, QuantTileFn F4, QuantTileFn F2, QuantTileFn F1>(DType t) {
+      const size_t i = static_cast<size_t>(t) - static_cast<size_t>(DType::kQ8_0);
+      o.dot[i] = z_single<F1>;
+      o.rows[i] = z_rows<F1>;
+      o.tile[i][0] = F8;
+      o.tile[i][1] = F4;
+      o.tile[i][2] = F2;
+    };
+    set.operator()<zt_q8_0<8>, zt_q8_0<4>, zt_q8_0<2>, zt_q8_0<1>>(DType::kQ8_0);
+    set.operator()<zt_q4_k<8>, zt_q4_k<4>, zt_q4_k<2>, zt_q4_k<1>>(DType::kQ4_K);
+    set.operator()<zt_q6_k<8>, zt_q6_k<4>, zt_q6_k<2>, zt_q6_k<1>>(DType::kQ6_K);
     o.dot_fp8 = z_dot_fp8;
     return o;
   }();

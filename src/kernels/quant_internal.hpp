@@ -20,6 +20,10 @@ struct ActQ8 {
   const float* d = nullptr;    // n / 32 scales
   const float* s32 = nullptr;  // n / 32: d * (sum of the block's q)
   const float* s16 = nullptr;  // n / 16: d * (sum of each half-block's q)
+  // n / 4 each, one per 4 elements (the int32 lanes of a byte dot product), so that the zmm
+  // kernels load them as operands instead of shuffling per weight row:
+  const float* d8 = nullptr;     // the scale of element 4k's block (each d repeated 8 times)
+  const int32_t* nq4 = nullptr;  // -(q[4k] + .. + q[4k + 3]): offsets unsigned weight bytes
 };
 
 // Bytes of scratch an ActQ8 of n elements needs.
@@ -31,6 +35,19 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch);
 
 // Dot product of one stored row (cols elements, a whole number of blocks) with quantized x.
 using QuantDotFn = float (*)(const uint8_t* row, const ActQ8& a, size_t cols);
+// One stored row with several quantized inputs at once: out[i] = dot(row, a[i]) for the tile's
+// inputs. The row's unpacking and scales are shared by the inputs (prefill); every input is
+// computed exactly as the single-input kernel computes it (the same operations in the same
+// order), so results do not depend on the tiling.
+using QuantTileFn = void (*)(const uint8_t* row, const ActQ8* a, size_t cols, float* out);
+// Decode: rows [row_begin, row_end) of a matrix (row r at data + r * stride_bytes) against one
+// quantized input, y[r - row_begin] = finish(dot(row r, a)) as MatvecParams say; the same bits as
+// `dot` per row, without a call and the kernel's set-up per row.
+using QuantRowsFn = void (*)(const uint8_t* data, size_t stride_bytes, size_t row_begin,
+                             size_t row_end, const ActQ8& a, size_t cols, float* y,
+                             const MatvecParams& p);
+// Input counts of the tiles (QuantOps::tile[type][k] takes kTileInputs[k] inputs).
+inline constexpr size_t kTileInputs[3] = {8, 4, 2};
 // FP8 row: scales of this row's 128-row block (ceil(cols / 128) floats), f32 x.
 using Fp8DotFn = float (*)(const uint8_t* row, const float* scales, const float* x, size_t cols);
 
@@ -38,6 +55,9 @@ struct QuantOps {
   QuantizeActFn quantize_act;
   QuantDotFn dot[8];  // indexed by DType - kQ8_0 (kQ8_0 .. kQ6_K)
   Fp8DotFn dot_fp8;
+  // Optional multi-input kernels, [type][k] for kTileInputs[k] inputs; null: `dot` per input.
+  QuantTileFn tile[8][3] = {};
+  QuantRowsFn rows[8] = {};  // optional, for single-input products
 };
 
 const QuantOps& scalar_quant_ops();

@@ -141,7 +141,8 @@ float dot_fp8(const uint8_t* row, const float* scales, const float* x, size_t co
 }  // namespace
 
 size_t act_bytes(size_t n) {
-  return align64(n) + 2 * align64(n / 32 * sizeof(float)) + align64(n / 16 * sizeof(float));
+  return align64(n) + 2 * align64(n / 32 * sizeof(float)) + align64(n / 16 * sizeof(float)) +
+         2 * align64(n / 4 * sizeof(float));
 }
 
 namespace {
@@ -150,6 +151,8 @@ struct ActLayout {
   float* d;
   float* s32;
   float* s16;
+  float* d8;
+  int32_t* nq4;
 };
 ActLayout carve(size_t n, void* scratch) {
   auto* base = static_cast<uint8_t*>(scratch);
@@ -161,6 +164,10 @@ ActLayout carve(size_t n, void* scratch) {
   l.s32 = reinterpret_cast<float*>(base);
   base += align64(n / 32 * sizeof(float));
   l.s16 = reinterpret_cast<float*>(base);
+  base += align64(n / 16 * sizeof(float));
+  l.d8 = reinterpret_cast<float*>(base);
+  base += align64(n / 4 * sizeof(float));
+  l.nq4 = reinterpret_cast<int32_t*>(base);
   return l;
 }
 }  // namespace
@@ -191,8 +198,13 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch) {
     l.s32[b] = d * static_cast<float>(sum[0] + sum[1]);
     l.s16[2 * b] = d * static_cast<float>(sum[0]);
     l.s16[2 * b + 1] = d * static_cast<float>(sum[1]);
+    for (int k = 0; k < 8; ++k) {
+      const int8_t* quad = l.q + b * 32 + 4 * k;
+      l.d8[b * 8 + k] = d;
+      l.nq4[b * 8 + k] = -(quad[0] + quad[1] + quad[2] + quad[3]);
+    }
   }
-  return ActQ8{l.q, l.d, l.s32, l.s16};
+  return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4};
 }
 
 const QuantOps& scalar_quant_ops() {
@@ -231,16 +243,36 @@ void quant_matmul_rows(const QuantOps& ops, const Matrix& w, const float* x, siz
   // The activations of all n inputs (n == 1 for decode). Tiny next to the weights.
   constexpr size_t kMaxStack = 64;
   ActQ8 stack[kMaxStack];
-  const QuantDotFn dot = ops.dot[static_cast<size_t>(w.dtype) - static_cast<size_t>(DType::kQ8_0)];
+  const size_t type = static_cast<size_t>(w.dtype) - static_cast<size_t>(DType::kQ8_0);
+  const QuantDotFn dot = ops.dot[type];
   const size_t stride_bytes = row_bytes(w.dtype, w.stride());
+  if (n == 1 && ops.rows[type] != nullptr) {
+    const ActQ8 a = ops.quantize_act(x, w.cols, scratch);
+    ops.rows[type](data, stride_bytes, row_begin, row_end, a, w.cols, y + (row_begin - y_row0), p);
+    return;
+  }
   for (size_t i0 = 0; i0 < n; i0 += kMaxStack) {
     const size_t ni = std::min(kMaxStack, n - i0);
     for (size_t i = 0; i < ni; ++i) {
       stack[i] = ops.quantize_act(x + (i0 + i) * x_stride, w.cols, scratch + i * per);
     }
+    // Each row against the inputs in tiles of 8, 4, 2 (when the type has tile kernels) and then
+    // singly: a tile unpacks the row once for all its inputs, and gives each the single-input
+    // kernel's bits. The row stays in L1 across its inputs.
     for (size_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = data + r * stride_bytes;
-      for (size_t i = 0; i < ni; ++i) {
+      size_t i = 0;
+      float tile_out[8];
+      for (size_t k = 0; k < 3; ++k) {
+        const QuantTileFn tile = ops.tile[type][k];
+        for (; tile != nullptr && i + kTileInputs[k] <= ni; i += kTileInputs[k]) {
+          tile(row, stack + i, w.cols, tile_out);
+          for (size_t j = 0; j < kTileInputs[k]; ++j) {
+            finish(y + (i0 + i + j) * y_stride + (r - y_row0), tile_out[j]);
+          }
+        }
+      }
+      for (; i < ni; ++i) {
         finish(y + (i0 + i) * y_stride + (r - y_row0), dot(row, stack[i], w.cols));
       }
     }

@@ -13,8 +13,8 @@
 
 #include "model/config.hpp"
 #include "model/dtype.hpp"
-#include "model/gguf.hpp"
 #include "model/file_writer.hpp"
+#include "model/gguf.hpp"
 #include "model/weights.hpp"
 
 namespace steermoe::model {
@@ -52,17 +52,17 @@ enum class Role : uint8_t {
   kDenseUp,
   kDenseDown,
   // Hybrid families (Gated DeltaNet layers, shared expert gate).
-  kLinQkv,       // HF in_proj_qkv / GGUF attn_qkv
-  kLinZ,         // HF in_proj_z / GGUF attn_gate
-  kLinQkvz,      // HF Qwen3-Next in_proj_qkvz (interleaved per key head)
-  kLinB,         // HF in_proj_b / GGUF ssm_beta
-  kLinA,         // HF in_proj_a / GGUF ssm_alpha
-  kLinBa,        // HF Qwen3-Next in_proj_ba / GGUF qwen3next ssm_beta_alpha (interleaved)
-  kLinConv,      // conv1d weight: HF [conv_dim, 1, K], GGUF [conv_dim, K]
-  kLinDtBias,    // dt_bias / ssm_dt.bias
-  kLinALog,      // HF A_log / GGUF ssm_a (= -exp(A_log))
-  kLinNorm,      // gated RMSNorm weight
-  kLinOut,       // out_proj / ssm_out
+  kLinQkv,         // HF in_proj_qkv / GGUF attn_qkv
+  kLinZ,           // HF in_proj_z / GGUF attn_gate
+  kLinQkvz,        // HF Qwen3-Next in_proj_qkvz (interleaved per key head)
+  kLinB,           // HF in_proj_b / GGUF ssm_beta
+  kLinA,           // HF in_proj_a / GGUF ssm_alpha
+  kLinBa,          // HF Qwen3-Next in_proj_ba / GGUF qwen3next ssm_beta_alpha (interleaved)
+  kLinConv,        // conv1d weight: HF [conv_dim, 1, K], GGUF [conv_dim, K]
+  kLinDtBias,      // dt_bias / ssm_dt.bias
+  kLinALog,        // HF A_log / GGUF ssm_a (= -exp(A_log))
+  kLinNorm,        // gated RMSNorm weight
+  kLinOut,         // out_proj / ssm_out
   kSharedExpGate,  // HF mlp.shared_expert_gate [1, H] / GGUF ffn_gate_inp_shexp [H]
 };
 
@@ -109,7 +109,8 @@ using DTypeChooser = std::function<DType(const TensorSlot&, DType stored)>;
 // matrices keep their dtype (bytes copied unchanged) and vectors their source dtype; a chosen
 // dtype that differs is produced by dequantizing to f32 and encoding (quantizing) row by row.
 // The MLA split / rebuild and expert stacking are done here.
-SlotSource model_slot_source(const Model& model, DTypeChooser choose = {});
+// `threads` threads convert (dequantize and quantize) the rows.
+SlotSource model_slot_source(const Model& model, DTypeChooser choose = {}, int threads = 1);
 // The dtype a slot has in the loaded model.
 DType stored_dtype(const Model& model, const TensorSlot& slot);
 
@@ -118,6 +119,11 @@ DType stored_dtype(const Model& model, const TensorSlot& slot);
 // init scheme; uniform rather than normal because it is ~10x faster for multi-GB models).
 // Matrices are stored as `dtype`, vectors as F32. Deterministic in `seed`.
 SlotSource random_slot_source(DType dtype, uint64_t seed);
+// The same values stored as `dtype_of` chooses per slot (a quantization mixture: make-model
+// --type), streamed chunk by chunk (no f32 or BF16 copy of a tensor is ever whole), the values
+// drawn and quantized by `threads` threads (the bytes do not depend on the thread count).
+SlotSource random_slot_source(std::function<DType(const TensorSlot&)> dtype_of, uint64_t seed,
+                              int threads);
 
 // Real shapes: "OLMoE-1B-7B", "Qwen3-30B-A3B", "Moonlight-16B-A3B", "Qwen3.6-35B-A3B" (also
 // spelled "qwen3.6-35b-a3b"), "Qwen3-Next-80B-A3B", and "small" versions ("olmoe-small",

@@ -1,10 +1,14 @@
 // Values for tensor slots: read back from a loaded model (convert) or drawn at random
 // (make-model), and the named real shapes.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <optional>
+#include <utility>
 
 #include "common/error.hpp"
+#include "kernels/thread_pool.hpp"
 #include "model/family_def.hpp"
 #include "model/weights_binder.hpp"
 #include "model/weights_layout.hpp"
@@ -96,22 +100,55 @@ const WeightVector* vector_of(const Model& m, const TensorSlot& s) {
   }
 }
 
-
 // The rows of `mat` stored as `dtype`: the bytes unchanged when the type is kept, otherwise
 // dequantized row by row to f32 and encoded as `dtype` (convert_from_f32).
-void write_matrix(const kernels::Matrix& mat, DType dtype, OutputFile& out,
-                  const std::string& name) {
+// convert_from_f32 split over `pool`'s threads in whole blocks (identical bytes for any thread
+// count): the quantizers are the slow part of `make-model --type`.
+void convert_from_f32(DType dtype, std::span<const float> src, std::span<std::byte> dst,
+                      std::string_view what, kernels::ThreadPool& pool) {
+  const auto expected = dtype_byte_size(dtype, src.size());
+  if (!expected || *expected != dst.size() || pool.size() == 1 || !dtype_is_quantized(dtype)) {
+    convert_from_f32(dtype, src, dst, what);  // checks the sizes; plain types are memory-bound
+    return;
+  }
+  // Units of 16 blocks keep each thread's span whole blocks and its output on its own lines.
+  const size_t block = dtype_block_elements(dtype) * 16;
+  const size_t units = (src.size() + block - 1) / block;
+  pool.parallel_for(units, [&](size_t begin, size_t end) {
+    const size_t e0 = begin * block;
+    const size_t e1 = std::min(src.size(), end * block);
+    const size_t b0 = *dtype_byte_size(dtype, e0);
+    const size_t b1 = *dtype_byte_size(dtype, e1);
+    convert_from_f32(dtype, src.subspan(e0, e1 - e0), dst.subspan(b0, b1 - b0), what);
+  });
+}
+
+// Rows converted per batch: about 1M values, so the threads get long spans and the buffers stay
+// small.
+constexpr size_t kBatchValues = size_t{1} << 20;
+
+void write_matrix(const kernels::Matrix& mat, DType dtype, OutputFile& out, const std::string& name,
+                  kernels::ThreadPool& pool) {
   if (to_model_dtype(mat.dtype) == dtype && mat.dtype != kernels::DType::kF8E4M3) {
     SM_ASSERT(mat.row_stride == 0 || mat.row_stride == mat.cols);
     out.write(mat.data, mat.rows * kernels::row_bytes(mat.dtype, mat.cols));
     return;
   }
-  std::vector<float> row(mat.cols);
-  std::vector<std::byte> bytes(*dtype_byte_size(dtype, mat.cols));
-  for (size_t r = 0; r < mat.rows; ++r) {
-    kernels::dequantize_row(mat, r, row.data());
-    convert_from_f32(dtype, row, bytes, name);
-    out.write(bytes);
+  const size_t row_out = *dtype_byte_size(dtype, mat.cols);
+  const size_t batch = std::max<size_t>(1, kBatchValues / std::max<size_t>(mat.cols, 1));
+  std::vector<float> rows(std::min(batch, mat.rows) * mat.cols);
+  std::vector<std::byte> bytes(std::min(batch, mat.rows) * row_out);
+  for (size_t r0 = 0; r0 < mat.rows; r0 += batch) {
+    const size_t n = std::min(batch, mat.rows - r0);
+    // Each row is dequantized and encoded by one thread: the bytes do not depend on the split.
+    pool.parallel_for(n, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i) {
+        const std::span<float> row(rows.data() + i * mat.cols, mat.cols);
+        kernels::dequantize_row(mat, r0 + i, row.data());
+        convert_from_f32(dtype, row, std::span(bytes).subspan(i * row_out, row_out), name);
+      }
+    });
+    out.write(std::span(bytes).first(n * row_out));
   }
 }
 
@@ -125,8 +162,10 @@ kernels::Matrix embedding_matrix(const Model& m) {
   return mat;
 }
 
-uint64_t splitmix64(uint64_t& state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+// splitmix64: the i-th value (from 0) of a stream that starts at `state` is mix(state + (i + 1)
+// * gamma), so values can be drawn in parallel by index.
+constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
+uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
@@ -167,30 +206,31 @@ DType stored_dtype(const Model& m, const TensorSlot& s) {
   return to_model_dtype(expert_matrix(m.layer(s.layer), s.role, 0).dtype);
 }
 
-SlotSource model_slot_source(const Model& m, DTypeChooser choose) {
+SlotSource model_slot_source(const Model& m, DTypeChooser choose, int threads) {
+  auto pool = std::make_shared<kernels::ThreadPool>(static_cast<size_t>(std::max(1, threads)));
   SlotSource src;
   src.dtype_of = [&m, choose](const TensorSlot& s) -> DType {
     const DType stored = stored_dtype(m, s);
     return choose ? choose(s, stored) : stored;
   };
-  src.produce = [&m](const TensorSlot& s, DType dtype, OutputFile& out) {
+  src.produce = [&m, pool](const TensorSlot& s, DType dtype, OutputFile& out) {
     if (family_def(m.config().family).produce(m, s, dtype, out)) return;
     if (s.role == Role::kEmbed) {
       if (m.weight_dtype() == dtype) {
         out.write(m.embedding().bytes());
       } else {
-        write_matrix(embedding_matrix(m), dtype, out, s.name);
+        write_matrix(embedding_matrix(m), dtype, out, s.name, *pool);
       }
     } else if (const WeightVector* v = vector_of(m, s)) {
       std::vector<std::byte> bytes(*dtype_byte_size(dtype, v->size()));
       convert_from_f32(dtype, *v, bytes, s.name);
       out.write(bytes);
     } else if (const kernels::Matrix* mat = matrix_of(m, s)) {
-      write_matrix(*mat, dtype, out, s.name);
+      write_matrix(*mat, dtype, out, s.name, *pool);
     } else {
       const LayerWeights& w = m.layer(s.layer);
       for (size_t e = 0; e < w.experts.size(); ++e) {
-        write_matrix(expert_matrix(w, s.role, e), dtype, out, s.name);
+        write_matrix(expert_matrix(w, s.role, e), dtype, out, s.name, *pool);
       }
     }
   };
@@ -198,51 +238,62 @@ SlotSource model_slot_source(const Model& m, DTypeChooser choose) {
 }
 
 SlotSource random_slot_source(DType dtype, uint64_t seed) {
+  return random_slot_source(
+      [dtype](const TensorSlot& s) { return s.vector() ? DType::kF32 : dtype; }, seed, 1);
+}
+
+namespace {
+
+// Mean and standard deviation of a slot's random values (see random_slot_source).
+std::pair<float, float> random_moments(const TensorSlot& s) {
+  switch (s.role) {
+    case Role::kEmbed:
+      return {0.0f, 1.0f};
+    case Role::kRouterBias:
+      return {0.0f, 0.1f};
+    case Role::kKB:
+      return {0.0f, 1.0f / std::sqrt(static_cast<float>(s.shape[1]))};
+    case Role::kLinALog:
+      // HF A_log (A = exp(A_log) in ~[1, 2.5]) or GGUF ssm_a = -exp(A_log) (must be < 0).
+      return {s.name.rfind("blk.", 0) == 0 ? -1.7f : 0.5f, 0.2f};
+    case Role::kSharedExpGate:
+      return {0.0f, 1.0f / std::sqrt(static_cast<float>(s.shape.back()))};
+    default:
+      if (s.vector()) return {1.0f, 0.1f};
+      return {0.0f, 1.0f / std::sqrt(static_cast<float>(s.shape.back()))};
+  }
+}
+
+}  // namespace
+
+SlotSource random_slot_source(std::function<DType(const TensorSlot&)> dtype_of, uint64_t seed,
+                              int threads) {
+  auto pool = std::make_shared<kernels::ThreadPool>(static_cast<size_t>(std::max(1, threads)));
   SlotSource src;
-  src.dtype_of = [dtype](const TensorSlot& s) { return s.vector() ? DType::kF32 : dtype; };
-  src.produce = [seed](const TensorSlot& s, DType dt, OutputFile& out) {
-    float mean = 0.0f, std = 0.0f;
-    switch (s.role) {
-      case Role::kEmbed:
-        std = 1.0f;
-        break;
-      case Role::kRouterBias:
-        std = 0.1f;
-        break;
-      case Role::kKB:
-        std = 1.0f / std::sqrt(static_cast<float>(s.shape[1]));
-        break;
-      case Role::kLinALog:
-        // HF A_log (A = exp(A_log) in ~[1, 2.5]) or GGUF ssm_a = -exp(A_log) (must be < 0).
-        mean = s.name.rfind("blk.", 0) == 0 ? -1.7f : 0.5f;
-        std = 0.2f;
-        break;
-      case Role::kSharedExpGate:
-        std = 1.0f / std::sqrt(static_cast<float>(s.shape.back()));
-        break;
-      default:
-        if (s.vector()) {
-          mean = 1.0f;
-          std = 0.1f;
-        } else {
-          std = 1.0f / std::sqrt(static_cast<float>(s.shape.back()));
-        }
-    }
+  src.dtype_of = std::move(dtype_of);
+  src.produce = [seed, pool](const TensorSlot& s, DType dt, OutputFile& out) {
+    const auto [mean, std] = random_moments(s);
     const float half_width = std * std::sqrt(3.0f);  // uniform(-a, a) has std a / sqrt(3)
-    uint64_t state = seed ^ hash_name(s.name);
+    const uint64_t state = seed ^ hash_name(s.name);
+    // A multiple of every block (32, 256): chunks never split one.
     constexpr size_t kChunk = size_t{1} << 20;
     std::vector<float> values;
     std::vector<std::byte> bytes;
     for (uint64_t done = 0, total = s.elements(); done < total;) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, total - done));
       values.resize(n);
-      for (size_t i = 0; i < n; ++i) {
-        const float u =
-            static_cast<float>(splitmix64(state) >> 40) * (1.0f / 16777216.0f);  // [0, 1)
-        values[i] = mean + (2.0f * u - 1.0f) * half_width;
-      }
+      pool->parallel_for(
+          n,
+          [&](size_t begin, size_t end) {
+            for (size_t i = begin; i < end; ++i) {
+              const uint64_t z = mix64(state + (done + i + 1) * kGamma);
+              const float u = static_cast<float>(z >> 40) * (1.0f / 16777216.0f);  // [0, 1)
+              values[i] = mean + (2.0f * u - 1.0f) * half_width;
+            }
+          },
+          4096);
       bytes.resize(*dtype_byte_size(dt, n));
-      convert_from_f32(dt, values, bytes, s.name);
+      convert_from_f32(dt, values, bytes, s.name, *pool);
       out.write(bytes);
       done += n;
     }
@@ -256,7 +307,8 @@ ModelConfig shape_config(const std::string& shape) {
   c.rope = RopeKind::kNeox;
   c.max_positions = 4096;
   std::vector<std::string> names;
-  for (const FamilyDef* def : family_defs()) names.insert(names.end(), def->shapes.begin(), def->shapes.end());
+  for (const FamilyDef* def : family_defs())
+    names.insert(names.end(), def->shapes.begin(), def->shapes.end());
   for (const FamilyDef* def : family_defs()) {
     names.insert(names.end(), def->small_shapes.begin(), def->small_shapes.end());
     if (def->shape(shape, c)) {  // sets the family

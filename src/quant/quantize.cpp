@@ -93,7 +93,16 @@ void pack_high_bits(const int* q, uint8_t* qh4) {
   std::memcpy(qh4, &qh, 4);
 }
 
-// x ~ s * q - m with q in [0, nmax], m >= 0 (see the file comment). n values.
+// Rounds v >= 0 to nearest (halves up, as lround for positive values) without a library call.
+inline int round_nonneg(float v) {
+  return static_cast<int>(v + 0.5f);
+}
+
+// x ~ s * q - m with q in [0, nmax], m >= 0 (see the file comment). n <= 32 values.
+// Each candidate takes one pass: the rounded q give the sums sq, sqq, sqx, from which the least
+// squares fit and its squared error follow in closed form (with the x-only sums sx, sxx), so the
+// 21 candidates cost one multiply-round-accumulate per element each (the quantizer's hot loop:
+// `quantize` and `make-model --type` spend most of their time here).
 void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) {
   float min = x[0], max = x[0];
   for (int i = 1; i < n; ++i) {
@@ -106,20 +115,26 @@ void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) 
     *m_out = std::isfinite(min) ? -min : 0.0f;
     return;
   }
+  float y[32];  // x - min >= 0
+  double sx = 0, sxx = 0;
+  for (int i = 0; i < n; ++i) {
+    y[i] = x[i] - min;
+    sx += x[i];
+    sxx += static_cast<double>(x[i]) * x[i];
+  }
   float best_err = INFINITY, best_s = (max - min) / static_cast<float>(nmax), best_m = -min;
   for (int k = -10; k <= 10; ++k) {
     const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (max - min);
-    // Least squares for x = s * q + o over the rounded q.
-    double sq = 0, sqq = 0, sx = 0, sqx = 0;
-    int q[256];
+    int sq = 0, sqq = 0;
+    float sqx_part[4] = {0, 0, 0, 0};  // four fixed chains: deterministic, and not one long one
     for (int i = 0; i < n; ++i) {
-      q[i] = std::clamp(nearest(iscale * (x[i] - min)), 0, nmax);
-      sq += q[i];
-      sqq += static_cast<double>(q[i]) * q[i];
-      sx += x[i];
-      sqx += static_cast<double>(q[i]) * x[i];
+      const int q = std::min(round_nonneg(iscale * y[i]), nmax);
+      sq += q;
+      sqq += q * q;
+      sqx_part[i % 4] += static_cast<float>(q) * x[i];
     }
-    const double det = n * sqq - sq * sq;
+    const double sqx = static_cast<double>(sqx_part[0] + sqx_part[1]) + (sqx_part[2] + sqx_part[3]);
+    const double det = static_cast<double>(n) * sqq - static_cast<double>(sq) * sq;
     double s, o;
     if (det > 0) {
       s = (n * sqx - sq * sx) / det;
@@ -133,11 +148,8 @@ void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) 
       s = sqq > 0 ? sqx / sqq : 0;
     }
     if (s < 0) continue;
-    double err = 0;
-    for (int i = 0; i < n; ++i) {
-      const double e = s * q[i] + o - x[i];
-      err += e * e;
-    }
+    // sum (s q + o - x)^2 expanded over the sums.
+    const double err = s * s * sqq + 2 * s * o * sq + n * o * o - 2 * s * sqx - 2 * o * sx + sxx;
     if (err < best_err) {
       best_err = static_cast<float>(err);
       best_s = static_cast<float>(s);
@@ -148,33 +160,34 @@ void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) 
   *m_out = best_m;
 }
 
-// x ~ s * q with q in [-nmax, nmax - 1].
+// x ~ s * q with q in [-nmax, nmax - 1]; n <= 16 values, one pass per candidate as above.
 float fit_symmetric(const float* x, int n, int nmax) {
   float amax = 0.0f, max = 0.0f;
+  double sxx = 0;
   for (int i = 0; i < n; ++i) {
     if (std::fabs(x[i]) > amax) {
       amax = std::fabs(x[i]);
       max = x[i];
     }
+    sxx += static_cast<double>(x[i]) * x[i];
   }
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 0.0f;
   float best_err = INFINITY, best_s = max / static_cast<float>(-nmax);
   for (int k = -9; k <= 9; ++k) {
     const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / max;
-    double sqq = 0, sqx = 0;
-    int q[16];
+    int sqq = 0;
+    float sqx_part[4] = {0, 0, 0, 0};
     for (int i = 0; i < n; ++i) {
-      q[i] = std::clamp(nearest(iscale * x[i]), -nmax, nmax - 1);
-      sqq += static_cast<double>(q[i]) * q[i];
-      sqx += static_cast<double>(q[i]) * x[i];
+      // Nearest with halves away from zero (lround), clamped.
+      const float v = iscale * x[i];
+      const int q = std::clamp(static_cast<int>(v + std::copysign(0.5f, v)), -nmax, nmax - 1);
+      sqq += q * q;
+      sqx_part[i % 4] += static_cast<float>(q) * x[i];
     }
     if (sqq <= 0) continue;
+    const double sqx = static_cast<double>(sqx_part[0] + sqx_part[1]) + (sqx_part[2] + sqx_part[3]);
     const double s = sqx / sqq;
-    double err = 0;
-    for (int i = 0; i < n; ++i) {
-      const double e = s * q[i] - x[i];
-      err += e * e;
-    }
+    const double err = sxx - s * sqx;  // sum (s q - x)^2 at the least-squares s
     if (err < best_err) {
       best_err = static_cast<float>(err);
       best_s = static_cast<float>(s);

@@ -209,6 +209,43 @@ TEST_P(QuantType, SimdMatchesScalar) {
   }
 }
 
+// Multi-input tiles (prefill): for every Isa, every input of a matmul over n = 1..13 inputs is
+// bit-identical to that Isa's single-input matvec (tiles of 8, 4, 2 and the single remainder give
+// each input the same operations), with padded rows at an odd address, an odd number of 32-blocks
+// (Q8_0's paired steps end on a half step) and accumulate with a scale; and within the
+// tolerance of the scalar reference.
+TEST_P(QuantType, TiledMatmulEqualsMatvecPerIsa) {
+  const size_t be = quant::info(GetParam()).block_elements;
+  const size_t cols = be == 32 ? 15 * 32 : 3 * 256;
+  const size_t rows = 9;
+  const QuantMatrix q = make_matrix(GetParam(), rows, cols, 41, /*pad_blocks=*/1);
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (!isa_available(isa)) continue;
+    const KernelTable& k = kernel_table(isa);
+    for (size_t n = 1; n <= 13; ++n) {
+      const std::vector<float> x = gaussian(cols * n, 42 + static_cast<uint32_t>(n));
+      std::vector<float> ym(rows * n, 0.5f);
+      const MatvecParams p{1.5f, true};
+      k.matmul_rows(q.m, x.data(), cols, n, ym.data(), rows, 0, rows, p);
+      for (size_t i = 0; i < n; ++i) {
+        std::vector<float> yv(rows, 0.5f), ref(rows);
+        k.matvec_rows(q.m, x.data() + i * cols, yv.data(), 0, rows, p);
+        kernel_table(Isa::kScalar).matvec_rows(q.m, x.data() + i * cols, ref.data(), 0, rows, {});
+        for (size_t r = 0; r < rows; ++r) {
+          EXPECT_EQ(ym[i * rows + r], yv[r])
+              << isa_name(isa) << " n " << n << " input " << i << " row " << r;
+          double mag = 0;
+          for (size_t c = 0; c < cols; ++c) {
+            mag += std::fabs(q.values[r * cols + c] * x[i * cols + c]);
+          }
+          EXPECT_NEAR(ym[i * rows + r], 0.5f + 1.5f * ref[r], 1.5e-5 * mag + 1e-6)
+              << isa_name(isa) << " n " << n << " input " << i << " row " << r;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantActivations, SimdQuantizerIsBitIdenticalToScalar) {
   const size_t n = 4096;
   std::vector<float> x = gaussian(n, 5);
@@ -228,6 +265,13 @@ TEST(QuantActivations, SimdQuantizerIsBitIdenticalToScalar) {
     EXPECT_EQ(std::memcmp(a.d, b.d, n / 32 * 4), 0);
     EXPECT_EQ(std::memcmp(a.s32, b.s32, n / 32 * 4), 0);
     EXPECT_EQ(std::memcmp(a.s16, b.s16, n / 16 * 4), 0);
+    EXPECT_EQ(std::memcmp(a.d8, b.d8, n / 4 * 4), 0);
+    EXPECT_EQ(std::memcmp(a.nq4, b.nq4, n / 4 * 4), 0);
+  }
+  // The per-quad fields against their definitions.
+  for (size_t k = 0; k < n / 4; ++k) {
+    EXPECT_EQ(a.d8[k], a.d[k / 8]) << k;
+    EXPECT_EQ(a.nq4[k], -(a.q[4 * k] + a.q[4 * k + 1] + a.q[4 * k + 2] + a.q[4 * k + 3])) << k;
   }
 }
 

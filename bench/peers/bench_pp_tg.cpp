@@ -1,0 +1,154 @@
+// The steermoe side of the side-by-side benchmark (bench/peers/compare.py): the same tests as
+// llama.cpp's llama-bench, on the same GGUF, so that the two are timed alike.
+//
+//   bench_pp_tg -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r REPS]
+//   bench_pp_tg --bandwidth [-t THREADS]
+//
+// -p N (N > 0, -n 0): prefill ("pp"): N tokens from an empty context in one prefill() (batches of
+// up to the engine's max_batch), timed; tok/s = N / time. -n N (-p 0): decode ("tg"): N tokens
+// one at a time from an empty context, each computing the logits, timed together; tok/s = N /
+// time. As llama-bench: one untimed warm-up run of the same test first, then REPS timed runs,
+// pseudo-random token ids. Every expert is resident (the all-resident floor of the engine).
+// --bandwidth prints the best of 3 read passes over 1 GiB (bytes/s) with THREADS threads.
+// Output: one JSON object on stdout.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench_common/read_sum.hpp"
+#include "engine/engine.hpp"
+#include "kernels/kernels.hpp"
+#include "model/weights.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Args {
+  std::string model;
+  int threads = 1;
+  int prompt = 0;
+  int gen = 0;
+  int reps = 3;
+  bool bandwidth = false;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string k = argv[i];
+    auto next = [&]() -> const char* {
+      if (i + 1 >= argc) throw std::runtime_error("missing value after " + k);
+      return argv[++i];
+    };
+    if (k == "-m") {
+      a.model = next();
+    } else if (k == "-t") {
+      a.threads = std::atoi(next());
+    } else if (k == "-p") {
+      a.prompt = std::atoi(next());
+    } else if (k == "-n") {
+      a.gen = std::atoi(next());
+    } else if (k == "-r") {
+      a.reps = std::atoi(next());
+    } else if (k == "--bandwidth") {
+      a.bandwidth = true;
+    } else {
+      throw std::runtime_error("unknown argument " + k);
+    }
+  }
+  if (!a.bandwidth && (a.model.empty() || (a.prompt > 0) == (a.gen > 0))) {
+    throw std::runtime_error("expected -m MODEL and exactly one of -p N, -n N");
+  }
+  a.threads = std::max(1, a.threads);
+  a.reps = std::max(1, a.reps);
+  return a;
+}
+
+// Best of 3 passes over `bytes`, split over `threads` threads (bytes/s).
+double read_bandwidth(int threads, size_t bytes) {
+  const size_t n = bytes / sizeof(float);
+  std::vector<float> buf(n, 1.0f);
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  std::vector<float> part(static_cast<size_t>(threads));
+  double best = 0.0;
+  for (int rep = 0; rep < 3; ++rep) {
+    const auto t0 = Clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        part[static_cast<size_t>(t)] =
+            avx512 ? steermoe::bench::read_sum_avx512(&buf[begin], end - begin)
+                   : steermoe::bench::read_sum_avx2(&buf[begin], end - begin);
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(bytes) / s);
+  }
+  volatile float sink = 0.0f;
+  for (float v : part) sink = sink + v;
+  return best;
+}
+
+// One test run: seconds for the prefill of `prompt` tokens or the decode of `gen` tokens.
+double run_once(steermoe::engine::Engine& engine, const Args& a, uint32_t& seed, int vocab) {
+  auto next_token = [&] {
+    seed = seed * 1664525u + 1013904223u;
+    return static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(vocab));
+  };
+  engine.reset();
+  if (a.prompt > 0) {
+    std::vector<int32_t> tokens(static_cast<size_t>(a.prompt));
+    for (auto& t : tokens) t = next_token();
+    const auto t0 = Clock::now();
+    engine.prefill(tokens);
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  const auto t0 = Clock::now();
+  for (int i = 0; i < a.gen; ++i) engine.decode(next_token());
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Args a = parse(argc, argv);
+    nlohmann::json out;
+    out["isa"] = std::string(steermoe::kernels::isa_name(steermoe::kernels::active_isa()));
+    out["threads"] = a.threads;
+    if (a.bandwidth) {
+      out["read_bytes_per_s"] = read_bandwidth(a.threads, size_t{1} << 30);
+      std::printf("%s\n", out.dump().c_str());
+      return 0;
+    }
+    auto model = steermoe::model::Model::load(a.model);
+    const int vocab = model->config().vocab;
+    steermoe::engine::Engine engine(*model, {.threads = a.threads, .context = 512});
+    uint32_t seed = 12345;
+    run_once(engine, a, seed, vocab);  // warm-up (maps the pages, grows scratch)
+    std::vector<double> tok_s;
+    for (int r = 0; r < a.reps; ++r) {
+      const double s = run_once(engine, a, seed, vocab);
+      tok_s.push_back(static_cast<double>(a.prompt > 0 ? a.prompt : a.gen) / s);
+    }
+    out["model"] = a.model;
+    out["test"] = a.prompt > 0 ? "pp" + std::to_string(a.prompt) : "tg" + std::to_string(a.gen);
+    out["bytes_per_token"] = model->bytes_per_token();
+    out["tok_s"] = tok_s;
+    std::printf("%s\n", out.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_pp_tg: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds llama.cpp's llama-bench, llama-cli and llama-quantize into DIR (default /work/llama) as
+# a benchmark peer. Never part of CI: only bench/peers/ uses it. The source is the llama.cpp
+# vendored in the PyPI sdist of llama-cpp-python (an ordinary registry download, pinned), so
+# the peer's commit is known and the same on every machine. Skips everything when the three
+# binaries already exist, so a second engineer reuses the same build.
+#
+#   bench/peers/build_llama.sh [DIR] [VERSION]     (VERSION default 0.3.36)
+set -euo pipefail
+dir=${1:-/work/llama}
+version=${2:-0.3.36}
+bin="$dir/build/bin"
+if [[ -x $bin/llama-bench && -x $bin/llama-cli && -x $bin/llama-quantize ]]; then
+  echo "llama.cpp already built in $bin"
+  exit 0
+fi
+mkdir -p "$dir"
+cd "$dir"
+if [[ ! -d src/vendor/llama.cpp ]]; then
+  pip download --no-binary :all: --no-deps --dest sdist "llama-cpp-python==$version"
+  rm -rf src && mkdir src
+  tar -xzf sdist/llama_cpp_python-"$version".tar.gz -C src --strip-components=1
+fi
+# GGML_NATIVE: the peer gets every instruction set of this CPU, as a user's own build would.
+# llama-cli needs the server library (LLAMA_BUILD_SERVER stays on); only three targets build.
+cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DBUILD_SHARED_LIBS=OFF
+cmake --build build -j"${JOBS:-2}" --target llama-bench llama-cli llama-quantize
+# The sdist carries no .git, so the peer is named by the sdist version in reports.
+echo "llama-cpp-python $version" >"$dir/VERSION"
+echo "built: $(ls "$bin")"
