@@ -10,10 +10,12 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "cli/speculative.hpp"
 #include "common/error.hpp"
 #include "common/output_file.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
+#include "engine/speculative.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
@@ -31,20 +33,93 @@ constexpr engine::SamplerParams kRunSampling{.temperature = 0.8f,
                                              .penalty_last_n = 64,
                                              .seed = 0};
 
+struct RunOptions {
+  std::string model;
+  std::string prompt;
+  int n_predict = 64;
+  int threads = 1;
+  int context = 0;
+  engine::SamplerParams sampling = kRunSampling;
+  EngineOptions engine;
+  SpecOptions spec;
+  bool ignore_eos = false;
+};
+
+// Speculative decoding with the drafter of --draft: streams the committed tokens, then the
+// prompt and decode figures and the drafter's acceptance (tau, by depth).
+void run_speculative(const model::Model& model, engine::Engine& target,
+                     const tokenizer::Tokenizer& tok, const std::vector<int32_t>& prompt,
+                     const RunOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  Drafter drafter = load_drafter(o.spec, o.threads, target.context());
+  engine::SpeculativeDecoder sd(target, *drafter.engine,
+                                {.draft_k = o.spec.draft_k,
+                                 .temperature = o.sampling.temperature,
+                                 .seed = o.sampling.seed});
+  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
+  std::fflush(stdout);
+  const std::optional<int32_t> eos = tok.eos();
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(o.n_predict) + 64);
+  size_t written = 0;
+  bool stopped = false;
+  // Writes the committed tokens not yet written; false at the end of sequence or -n.
+  auto emit = [&] {
+    for (; written < out.size(); ++written) {
+      if (static_cast<int>(written) >= o.n_predict ||
+          (!o.ignore_eos && eos && out[written] == *eos)) {
+        stopped = true;
+        return false;
+      }
+      const std::string piece = tok.token_bytes(out[written]);
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      check_stdout();
+    }
+    return static_cast<int>(written) < o.n_predict;
+  };
+  const auto t0 = Clock::now();
+  if (o.n_predict > 0) out.push_back(sd.begin(prompt));
+  const auto t1 = Clock::now();
+  const engine::CacheStats after_prompt = target.cache_stats();
+  if (o.n_predict > 0 && emit()) {
+    while (!stopped && static_cast<int>(out.size()) < o.n_predict) {
+      sd.step(out);
+      if (!emit()) break;
+    }
+  }
+  const auto t2 = Clock::now();
+  std::fputc('\n', stdout);
+  const double prompt_s = std::chrono::duration<double>(t1 - t0).count();
+  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  const engine::SpecStats& st = sd.stats();
+  std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.2f tok/s), target and drafter\n",
+               prompt.size(), prompt_s * 1e3, static_cast<double>(prompt.size()) / prompt_s);
+  const double n = static_cast<double>(st.committed);
+  std::fprintf(stderr,
+               "decode: %lld tokens committed in %.1f ms (%.2f tok/s, %.2f ms/token), %d "
+               "threads, speculative k=%d %s\n",
+               static_cast<long long>(st.committed), decode_s * 1e3, n > 0 ? n / decode_s : 0.0,
+               n > 0 ? decode_s * 1e3 / n : 0.0, target.threads(), o.spec.draft_k,
+               o.spec.select.c_str());
+  std::fprintf(stderr, "speculative: %s\n", speculative_report(st).c_str());
+  if (model.config().has_moe()) {
+    std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
+                 target.expert_cache().describe().c_str(), target.policy().to_string().c_str(),
+                 target.cache_slots(), model.config().experts);
+    if (const engine::CacheStats t = target.cache_stats() - after_prompt; n > 0) {
+      std::fprintf(stderr,
+                   "copies/committed token: %.2f demand + %.2f prefetch + %.2f block + %.2f "
+                   "restore; stall %.2f ms/token\n",
+                   t.demand / n, t.prefetch / n, static_cast<double>(st.block_copies) / n,
+                   static_cast<double>(st.restore_copies) / n, t.stall_s * 1e3 / n);
+    }
+  }
+}
+
 }  // namespace
 
 void add_run_command(CLI::App& root) {
-  struct Options {
-    std::string model;
-    std::string prompt;
-    int n_predict = 64;
-    int threads = 1;
-    int context = 0;
-    engine::SamplerParams sampling = kRunSampling;
-    EngineOptions engine;
-    bool ignore_eos = false;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<RunOptions>();
   CLI::App* cmd = root.add_subcommand(
       "run", "Generate text from a prompt (streams the text, then prints prompt and decode speed)");
   cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
@@ -81,6 +156,7 @@ void add_run_command(CLI::App& root) {
       ->check(CLI::Range(-2.0, 2.0));
   cmd->add_option("--seed", sp.seed, "Random seed for sampling (the same seed, the same text)");
   add_engine_options(cmd, o->engine);
+  add_speculative_options(cmd, o->spec);
   cmd->add_flag("--ignore-eos", o->ignore_eos, "Keep generating after the end-of-sequence token");
   cmd->final_callback([o, cmd] {
     // Greedy means the model's own argmax, as `serve` gives for temperature 0; a repeat
@@ -91,8 +167,9 @@ void add_run_command(CLI::App& root) {
     using Clock = std::chrono::steady_clock;
     const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
-    const schedule::OffloadConfig offload =
-        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
+    apply_speculative(o->spec, request);
+    const schedule::OffloadConfig offload = resolve_policy(request, o->engine.policy, *model);
     check_fits(budget, *model, offload, o->context);
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> prompt =
@@ -103,6 +180,21 @@ void add_run_command(CLI::App& root) {
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {
       fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",
            prompt.size(), o->n_predict, engine.context());
+    }
+    if (!o->spec.draft.empty()) {
+      // Speculative sampling keeps the target's distribution at a temperature; the filters and
+      // penalties would change the distribution the acceptance rule is defined on.
+      for (const char* option : {"--top-k", "--top-p", "--min-p", "--repeat-penalty",
+                                 "--presence-penalty", "--frequency-penalty"}) {
+        if (cmd->count(option) > 0)
+          fail("run", option,
+               "expected no {} with --draft: speculative decoding samples with --temp and --seed "
+               "only (greedy at --temp 0)",
+               option);
+      }
+      run_speculative(*model, engine, tok, prompt, *o);
+      std::fprintf(stderr, "memory: %s\n", memory_report(budget).c_str());
+      return;
     }
     engine::Sampler sampler(model->config().vocab, o->sampling);
     for (int32_t t : prompt) sampler.accept(t);  // the penalties look at the prompt too

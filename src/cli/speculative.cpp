@@ -14,10 +14,14 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
       ->check(CLI::Range(1, 63))
       ->capture_default_str();
   cmd->add_option("--spec-select", o.select,
-                  "Experts of a verification block: exact (every position its own top-K) | block "
-                  "(one set per layer from the weighted demand, AcceptMoE) | block:conf (drafter "
-                  "confidence weights + top-1 rescue)")
-      ->check(CLI::IsMember({"exact", "block", "block:conf"}))
+                  "Experts of a verification block: policy (each position through the target's "
+                  "--policy and logical cache, as a batched prompt; rejected positions' "
+                  "insertions stay) | rollback (the same, the logical caches taken back to the "
+                  "committed positions: greedy output = plain decoding's under the policy) | "
+                  "exact (every position its own top-K) | block (one set per layer from the "
+                  "weighted demand, AcceptMoE) | block:conf (drafter confidence weights + top-1 "
+                  "rescue); all but policy need --link resident for now")
+      ->check(CLI::IsMember({"policy", "rollback", "exact", "block", "block:conf"}))
       ->capture_default_str();
   cmd->add_option("--pool", o.pool,
                   "Experts per layer kept between verification blocks (0: the cache size)")
@@ -30,7 +34,7 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
 }
 
 void apply_speculative(const SpecOptions& o, schedule::OffloadRequest& request) {
-  if (o.draft.empty()) return;
+  if (o.draft.empty() || o.select == "policy") return;
   request.spec_select = o.select;
   request.pool = o.pool;
   request.union_slots = o.union_slots;
@@ -55,9 +59,12 @@ std::string speculative_report(const engine::SpecStats& s) {
                          static_cast<double>(s.accepted[d]) / static_cast<double>(s.reached[d]));
   }
   return fmt::format(
-      "tau {:.2f} tokens/verification ({} verifications); acceptance by depth{}; block copies "
-      "{:.2f}/token; draft {:.2f} ms/token, verify {:.2f} ms/token",
+      "tau {:.2f} tokens/verification ({} verifications); acceptance by depth{}; copies per "
+      "committed token: block {:.2f}, verification insertions {:.2f}, restore {:.2f}; draft "
+      "{:.2f} ms/token, verify {:.2f} ms/token",
       s.tau(), s.verifications, depth, static_cast<double>(s.block_copies) / committed,
+      static_cast<double>(s.verify_insertions) / committed,
+      static_cast<double>(s.restore_copies) / committed,
       s.draft_s * 1e3 / committed, s.verify_s * 1e3 / committed);
 }
 

@@ -17,7 +17,7 @@ namespace steermoe::cli {
 struct SpecOptions {
   std::string draft;             // drafter model; empty = no speculative decoding
   int draft_k = 4;               // drafts per verification
-  std::string select = "exact";  // --spec-select: exact | block | block:conf
+  std::string select = "policy";  // --spec-select: policy | exact | block | block:conf
   int pool = 0;                  // P per layer (0: the cache size)
   int union_slots = 0;           // U per layer (0: the cache size)
 };

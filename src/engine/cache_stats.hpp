@@ -18,6 +18,7 @@ struct CacheStats {
   int64_t logical_prefetch = 0;  // prefetch insertions (part 1)
   int64_t block_positions = 0;   // speculative decoding: positions verified in blocks
   int64_t block_copies = 0;      // ... experts the blocks needed outside the pool
+  int64_t restore_copies = 0;    // --spec-select rollback: slots given back their expert
 
   // Physical: links that move experts (not resident), decode tokens only; warm-up copies at
   // request start are prompt time and counted apart.

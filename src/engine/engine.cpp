@@ -94,6 +94,7 @@ Engine::~Engine() = default;
 
 void Engine::reset() {
   pos_ = 0;
+  mark_pos_ = -1;
   cache_->begin_request();
 }
 
@@ -104,7 +105,20 @@ void Engine::rollback(int position) {
     fail(cfg_.source, "rollback",
          "expected a model without recurrent (Gated DeltaNet) layers: their state cannot be "
          "rewound to an earlier position");
+  if (mark_pos_ >= 0) {
+    if (position < mark_pos_)
+      fail("engine", "rollback", "expected a position >= {} (the mark), found {}", mark_pos_,
+           position);
+    cache_->rollback(position - mark_pos_);
+    mark_pos_ = -1;
+  }
   pos_ = position;
+}
+
+void Engine::mark_rollback(int positions) {
+  SM_ASSERT_MSG(rolls_back_routing(), "mark_rollback() needs --spec-select rollback");
+  cache_->mark_rollback(positions);
+  mark_pos_ = pos_;
 }
 
 void Engine::set_recorder(RoutingRecord* record) {

@@ -106,6 +106,12 @@ class Engine : private schedule::LayerDriver {
               std::span<float> all_logits);
   bool verifies_in_blocks() const { return cache_->config().block.has_value(); }
 
+  // --spec-select rollback (EngineParams::offload.rollback): the next `positions` positions'
+  // routing may be taken back by rollback(), which then also puts the policy's logical caches
+  // back to their state after the kept positions.
+  bool rolls_back_routing() const { return cache_->config().rollback; }
+  void mark_rollback(int positions);
+
   // Forgets every position from `position` on (speculative decoding: drafts the target rejected):
   // the next token goes to `position`. The KV cache needs no clearing (attention reads only
   // positions below the current one). Throws steermoe::Error for a model with recurrent layers
@@ -135,6 +141,7 @@ class Engine : private schedule::LayerDriver {
   policy::RouterSpec spec_;
   int context_ = 0;
   int pos_ = 0;
+  int mark_pos_ = -1;  // position at mark_rollback(), -1 without a mark
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<ExpertCache> cache_;
   std::vector<int> moe_layers_;                   // [MoE layers] -> model layer

@@ -205,6 +205,7 @@ CacheStats ExpertCache::stats() const {
   s.logical_prefetch = c.prefetch;
   s.block_positions = c.block_positions;
   s.block_copies = c.block_copies;
+  s.restore_copies = c.restore_copies;
   s.attention_s = attention_s_;
   s.moe_s = moe_s_;
   return s;

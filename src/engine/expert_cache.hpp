@@ -75,6 +75,11 @@ class ExpertCache {
   void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
                  schedule::LayerDriver& driver);
 
+  // --spec-select rollback (config().rollback; logical only): OffloadStep::mark_rollback and
+  // rollback.
+  void mark_rollback(int positions) { step_->mark_rollback(positions); }
+  void rollback(int kept) { step_->rollback(kept); }
+
   // The weights of `expert` of MoE layer `moe_layer` (model layer `layer`) in `slot`, once the
   // step has waited for that slot's copy.
   const model::SwigluWeights& expert(int moe_layer, int layer, int expert, int slot) {

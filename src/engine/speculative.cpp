@@ -181,6 +181,7 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
 
   // Verify the k+1 positions in one call; logits_ row i predicts the token after block_[i].
   const auto t1 = Clock::now();
+  CacheStats verify_copies;  // verification through the policy: its insertions
   const std::span<const int32_t> block(block_.data(), static_cast<size_t>(k) + 1);
   const std::span<float> logits(logits_.data(), (static_cast<size_t>(k) + 1) * V);
   if (target_.verifies_in_blocks()) {
@@ -188,7 +189,10 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
     target_.verify(block, position_weights(k), logits);
     stats_.block_copies += (target_.cache_stats() - before).block_copies;
   } else {
+    if (target_.rolls_back_routing()) target_.mark_rollback(k + 1);
+    const CacheStats before = target_.cache_stats();
     target_.prefill(block, logits);
+    verify_copies = target_.cache_stats() - before;
   }
   int a = 0;
   int32_t next = 0;
@@ -218,7 +222,10 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
   // Commit d1 .. da and the target's token; both engines forget the rejected positions.
   for (int i = 1; i <= a; ++i) out.push_back(block_[static_cast<size_t>(i)]);
   out.push_back(next);
+  const int64_t restored = target_.cache_stats().restore_copies;
   target_.rollback(n + a + 1);
+  stats_.restore_copies += target_.cache_stats().restore_copies - restored;
+  stats_.verify_insertions += verify_copies.logical_demand + verify_copies.logical_prefetch;
   if (a < k) {
     drafter_.rollback(n + a + 1);
   } else {

@@ -36,6 +36,8 @@ struct SpecStats {
   std::vector<int64_t> reached;      // [k]: verifications whose draft at depth d was checked
   std::vector<int64_t> accepted;     // [k]: ... and accepted
   int64_t block_copies = 0;          // experts verification blocks copied (block rules)
+  int64_t verify_insertions = 0;     // logical insertions of verification through the policy
+  int64_t restore_copies = 0;        // rollback: slots given back their expert after rejections
   double draft_s = 0, verify_s = 0;  // wall time drafting and verifying
   // Committed tokens per verification (tau).
   double tau() const {

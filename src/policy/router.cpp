@@ -103,6 +103,7 @@ RequestRouter::RequestRouter(const RouterSpec& spec, const PolicyConfig& config,
   in_selected_.assign(e, 0);
   pregate_rank_.assign(l, std::vector<int32_t>(ranked, 0));
   have_pregate_.assign(l, 0);
+  since_mark_.assign(l, -1);
   topk_.resize(k);
   exact_.resize(k);
   topj_.resize(std::max(config.protect_top_j, 1));
@@ -128,10 +129,12 @@ void RequestRouter::reset() {
   }
   std::fill(layer_step_.begin(), layer_step_.end(), 0);
   std::fill(layer_token_.begin(), layer_token_.end(), 0);
+  std::fill(since_mark_.begin(), since_mark_.end(), -1);
 }
 
 void RequestRouter::begin_token(int32_t token) {
   for (int l = 0; l < spec_.layers; ++l) {
+    checkpoint(l);
     ++layer_step_[l];
     layer_token_[l] = token;
   }
@@ -139,8 +142,53 @@ void RequestRouter::begin_token(int32_t token) {
 
 void RequestRouter::begin_token(int layer, int32_t token) {
   SM_ASSERT(layer >= 0 && layer < spec_.layers);
+  checkpoint(layer);
   ++layer_step_[layer];
   layer_token_[layer] = token;
+}
+
+// The state of `layer` after the steps it has taken since the mark, kept before its next one.
+void RequestRouter::checkpoint(int layer) {
+  int& since = since_mark_[layer];
+  if (since < 0 || since > mark_steps_) return;
+  Checkpoint& c = checkpoints_[static_cast<size_t>(layer) * (mark_steps_ + 1) + since];
+  c.cache = caches_[layer];  // same sizes: copies without allocating
+  c.step = layer_step_[layer];
+  c.token = layer_token_[layer];
+  ++since;
+}
+
+void RequestRouter::mark(int steps) {
+  SM_ASSERT(steps >= 1);
+  if (steps > mark_steps_ || checkpoints_.empty()) {
+    mark_steps_ = std::max(steps, mark_steps_);
+    checkpoints_.assign(static_cast<size_t>(spec_.layers) * (mark_steps_ + 1),
+                        Checkpoint{.cache = LayerCache(spec_.experts, slots_)});
+  }
+  std::fill(since_mark_.begin(), since_mark_.end(), 0);
+}
+
+int RequestRouter::rewind(int kept) {
+  int changed = 0;
+  for (int l = 0; l < spec_.layers; ++l) {
+    const int since = since_mark_[l];
+    SM_ASSERT_MSG(since >= 0, "rewind() without mark()");
+    SM_ASSERT_MSG(kept <= since, "rewind() past the steps taken since the mark");
+    if (kept < since) {
+      const Checkpoint& c = checkpoints_[static_cast<size_t>(l) * (mark_steps_ + 1) + kept];
+      const LayerCache& now = caches_[l];
+      for (int slot = 0; slot < now.slots(); ++slot) {
+        const int e = c.cache.expert_in_slot(slot);
+        if (e >= 0 && e != now.expert_in_slot(slot)) ++changed;
+      }
+      caches_[l] = c.cache;
+      layer_step_[l] = c.step;
+      layer_token_[l] = c.token;
+      have_pregate_[l] = 0;
+    }
+    since_mark_[l] = -1;
+  }
+  return changed;
 }
 
 // Starts the (step, layer) step once: clears the outputs and B, and fixes the priorities.

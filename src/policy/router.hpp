@@ -100,6 +100,15 @@ class RequestRouter {
                          std::span<const float> weight_scores = {},
                          std::span<const uint8_t> issued = {});
 
+  // Speculative decoding's rollback (--spec-select rollback): after mark(steps), every layer
+  // keeps its state before each of its next `steps` + 1 steps; rewind(kept) puts every layer
+  // back to its state after `kept` steps since the mark (the committed positions), as if the
+  // rejected ones had never been routed, and ends the mark. Returns the slots that now hold
+  // another expert than before the rewind: the copies that restore them. Allocates only when a
+  // mark is longer than every earlier one.
+  void mark(int steps);
+  int rewind(int kept);
+
   // Execution weights are the model's computation: replay and the simulator turn them off.
   void set_compute_weights(bool on) { compute_weights_ = on; }
   // Implementation of every ranking in the step (benchmarks and tests force one; decisions are
@@ -119,6 +128,7 @@ class RequestRouter {
 
  private:
   void begin_layer_step(int layer);
+  void checkpoint(int layer);
   float layer_range(int layer, std::span<const float> z);
   void bonused_top_k_plain(const LayerCache& c, std::span<const float> z,
                            std::span<const uint8_t> issued, float bonus);
@@ -140,6 +150,15 @@ class RequestRouter {
   TopKPath path_ = TopKPath::kAuto;
   std::vector<LayerCache> caches_;
   std::vector<Decision> decisions_;
+  // mark()/rewind(): per layer its state before each step since the mark, [L][mark_steps_ + 1].
+  struct Checkpoint {
+    LayerCache cache;
+    int64_t step = 0;
+    int32_t token = 0;
+  };
+  std::vector<Checkpoint> checkpoints_;
+  std::vector<int> since_mark_;  // [L]: steps begun since the mark; -1: no mark
+  int mark_steps_ = 0;           // checkpoints_ holds mark_steps_ + 1 per layer
   // Scratch, sized at construction.
   std::vector<float> biased_;                       // [E] z + bonus
   std::vector<float> masked_;                       // [E] group-limited scores

@@ -41,7 +41,7 @@ OffloadRequest OffloadConfig::request() const {
           .link = link.text,
           .max_inflight = max_inflight,
           .pacing = pacing_name(pacing),
-          .spec_select = block ? policy::block_rule_name(block->rule) : "",
+          .spec_select = block ? policy::block_rule_name(block->rule) : rollback ? "rollback" : "",
           .pool = block ? block->pool : 0,
           .union_slots = block ? block->union_slots : 0,
           .verify = verify,
@@ -80,7 +80,14 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
     fail("engine", "--max-inflight", "expected 1..1024, found {}", r.max_inflight);
   c.max_inflight = r.max_inflight;
   c.pacing = parse_pacing(r.pacing);
-  if (!r.spec_select.empty() && !dense) {
+  if (r.spec_select == "rollback" && !dense) {
+    if (c.link.moves_experts())
+      fail("--spec-select", "--link",
+           "expected --link resident with rollback (the restored slots are counted logically; "
+           "physical restore copies are not built yet), found '{}'",
+           r.link);
+    c.rollback = true;
+  } else if (!r.spec_select.empty() && !dense) {
     const policy::BlockRule rule = policy::parse_block_rule(r.spec_select);
     if (c.link.moves_experts())
       fail("--spec-select", "--link",

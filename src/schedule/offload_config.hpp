@@ -24,8 +24,9 @@ struct OffloadRequest {
   std::string link = "resident";           // --link value
   int max_inflight = 2;                    // prefetch copies in flight at a layer boundary
   std::string pacing = "fifo";             // --prefetch-pacing: fifo | defer | demand
-  // Speculative decoding's verification (--spec-select): "" (none) | exact | block | block:conf,
-  // with its pool P and union slots U per layer (0: the cache size C).
+  // Speculative decoding's verification (--spec-select): "" (through the policy) | rollback |
+  // exact | block | block:conf, with the block rules' pool P and union slots U per layer (0: the
+  // cache size C).
   std::string spec_select;
   int pool = 0;
   int union_slots = 0;
@@ -52,6 +53,7 @@ struct OffloadConfig {
   int max_inflight = 2;         // 1..1024
   PrefetchPacing pacing = PrefetchPacing::kFifo;  // physical only: routing never sees it
   std::optional<policy::BlockParams> block;       // verification rules (speculative decoding)
+  bool rollback = false;  // verification through the policy, rejected positions taken back
   bool verify = false;
   // Never null: the given calibration, or an uninformed one (exact LRU and C = E need nothing).
   std::shared_ptr<const policy::Calibration> calibration;

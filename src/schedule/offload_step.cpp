@@ -239,4 +239,11 @@ const policy::Decision& OffloadStep::route_layer_major(int layer, int32_t token,
   return d;
 }
 
+void OffloadStep::mark_rollback(int positions) {
+  SM_ASSERT_MSG(scheduler_ == nullptr, "rollback is logical only (no link moves experts)");
+  router_.mark(positions);
+}
+
+void OffloadStep::rollback(int kept) { counts_.restore_copies += router_.rewind(kept); }
+
 }  // namespace steermoe::schedule

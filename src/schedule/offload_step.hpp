@@ -97,6 +97,7 @@ struct LogicalCounts {
   int64_t prefetch = 0;         // logical prefetch insertions
   int64_t block_positions = 0;  // positions verified in blocks (run_block)
   int64_t block_copies = 0;     // experts a block needed outside the pool, all layers
+  int64_t restore_copies = 0;   // rollback: slots given back their expert after a rejection
 };
 
 class OffloadStep {
@@ -144,6 +145,13 @@ class OffloadStep {
   // enable_blocks) with position weights `alpha` (alpha[0] = 1). Logical only.
   void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
                  LayerDriver& driver);
+
+  // Speculative decoding's rollback (--spec-select rollback; logical only): the next
+  // `positions` steps may be taken back; rollback(kept) keeps the first `kept` of them, every
+  // layer's logical cache as if the others had never been routed (copies that restore a slot:
+  // counts().restore_copies).
+  void mark_rollback(int positions);
+  void rollback(int kept);
 
   // True if the policy runs part 1 (needs pre-gate scores).
   bool prefetches() const;

@@ -69,6 +69,33 @@ TEST(CliRun, HelpStatesTheSamplingDefaults) {
   }
 }
 
+// Speculative decoding through `run`: greedy verification commits the target's greedy tokens,
+// so with the logical caches rolled back to the committed positions the text equals plain greedy
+// decoding's under the same PSR policy, whatever the drafts and k.
+TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
+  const std::string drafter = (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-drafter-small").string();
+  const std::string greedy = demo("--temp 0");
+  for (const char* spec : {"--draft-k 4 --spec-select rollback", "--draft-k 7 --spec-select rollback"}) {
+    const auto r = run_cli("run -m " + kSmall.string() + " -p 'def read_config(path):' -n 64 " +
+                           "--policy psr:lambda=0.3,n=1 --residency 0.5 --link resident --calib " +
+                           (kSmall / "calib.smcal").string() + " --temp 0 --draft " + drafter +
+                           " " + spec);
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_EQ(r.output.substr(0, r.output.find("\nprompt: ")), greedy) << spec;
+    EXPECT_NE(r.output.find("speculative: tau "), std::string::npos) << r.output;
+  }
+  // AcceptMoE's block sets route the verification differently: it runs, and copies are counted.
+  const auto block = run_cli("run -m " + kSmall.string() + " -p 'def read_config(path):' -n 32 " +
+                             "--residency 0.5 --link resident --temp 0 --draft " + drafter +
+                             " --spec-select block");
+  ASSERT_EQ(block.status, 0) << block.output;
+  EXPECT_NE(block.output.find(" block + 0.00 restore; stall"), std::string::npos) << block.output;
+  // The sampling filters would change the distribution speculative sampling keeps: refused.
+  const auto refused = run_cli("run -m " + kSmall.string() + " -p x -n 4 --top-k 5 --draft " + drafter);
+  EXPECT_EQ(refused.status, 1) << refused.output;
+  EXPECT_NE(refused.output.find("--top-k"), std::string::npos) << refused.output;
+}
+
 // --- output paths --------------------------------------------------------------------------
 
 const fs::path kTiny = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny";

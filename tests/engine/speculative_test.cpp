@@ -18,6 +18,7 @@
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "tokenizer/tokenizer.hpp"
+#include "trace/calibration_file.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -138,6 +139,49 @@ TEST_F(SpeculativePair, BlockVerificationExactIsGreedyAndBlockCopiesLess) {
   bad.calibration = std::make_shared<const policy::Calibration>(
       policy::uninformed_calibration(router_spec(target_->config())));
   EXPECT_THROW(resolve_offload(*target_, bad), Error);
+}
+
+// PSR at C = 24 of 64 with the shipped calibration, verification through the policy; with
+// `rollback` every layer's logical cache is taken back to the committed positions.
+EngineParams psr_params(const model::Model& m, const char* spec_select) {
+  schedule::OffloadRequest r{.policy = "psr:lambda=0.3,n=1", .cache = 24, .spec_select = spec_select};
+  r.calibration_source = (kModels / "steer-olmoe-small" / "calib.smcal").string();
+  r.calibration = std::make_shared<const policy::Calibration>(trace::read_calibration(r.calibration_source));
+  EngineParams p{.offload = resolve_offload(m, r)};
+  p.context = 128;
+  return p;
+}
+
+// `rollback` commits exactly autoregressive PSR's greedy tokens, and its last logits are AR's
+// bit for bit; without it the rejected drafts' insertions stay in the logical cache and the
+// text drifts from AR PSR's (that is why the mode exists).
+TEST_F(SpeculativePair, RollbackCommitsAutoregressivePsrTokens) {
+  Engine ar(*target_, psr_params(*target_, ""));
+  Engine drafter(*drafter_, params(*drafter_));
+  const auto ps = prompts(*tok_, 20);
+  int differs_without = 0;
+  for (const char* mode : {"rollback", ""}) {
+    Engine target(*target_, psr_params(*target_, mode));
+    ASSERT_EQ(target.rolls_back_routing(), std::string(mode) == "rollback");
+    SpeculativeDecoder sd(target, drafter, {.draft_k = 5});
+    for (size_t i = 0; i < ps.size(); ++i) {
+      SCOPED_TRACE(std::string("mode '") + mode + "' prompt " + std::to_string(i));
+      const std::vector<int32_t> want = greedy(ar, ps[i], 64);
+      std::vector<int32_t> got{sd.begin(ps[i])};
+      while (got.size() < want.size()) sd.step(got);
+      got.resize(want.size());
+      if (std::string(mode) == "rollback") {
+        ASSERT_EQ(got, want);
+      } else {
+        differs_without += got != want;
+      }
+    }
+    if (std::string(mode) == "rollback") {
+      EXPECT_GT(sd.stats().tau(), 1.5);
+      EXPECT_GT(sd.stats().restore_copies, 0) << "rejections evicted committed experts";
+    }
+  }
+  EXPECT_GT(differs_without, 0) << "without rollback the rejected positions change later routing";
 }
 
 TEST_F(SpeculativePair, RollbackGivesTheLogitsOfTheShorterHistory) {
