@@ -14,7 +14,9 @@
 
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "cli/speculative.hpp"
 #include "common/error.hpp"
+#include "engine/model_facts.hpp"
 #include "server/http_server.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -44,6 +46,7 @@ void add_serve_command(CLI::App& root) {
     std::string model;
     server::ServerOptions server;
     EngineOptions engine;
+    SpecOptions spec;
     int threads = 1;
     int context = 0;
     std::string chat_template_file;
@@ -101,15 +104,24 @@ void add_serve_command(CLI::App& root) {
                   "Jinja chat template file (overrides the model's)");
   cmd->add_option("--name", o->name, "Model name reported by /v1/models (default: folder name)");
   cmd->add_flag("--quiet", s.quiet, "No request log on stderr");
+  add_speculative_options(cmd, o->spec);
   cmd->final_callback([o] {
     server::ServerOptions& so = o->server;
     const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
-    const schedule::OffloadConfig offload =
-        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
+    apply_speculative(o->spec, request);
+    const schedule::OffloadConfig offload = resolve_policy(request, o->engine.policy, *model);
     check_fits(budget, *model, offload, o->context);
     // Per-request policies use the same calibration (the model's calib.smcal by default).
     so.worker.engine = engine_params(o->engine, offload, o->threads, o->context);
+    // The drafter, when asked for: its context at least the target's (it sees the same tokens).
+    Drafter drafter;
+    if (!o->spec.draft.empty()) {
+      drafter = load_drafter(o->spec, o->threads,
+                             engine::resolve_context(model->config(), so.worker.engine.context));
+      so.worker.drafting = {.drafter = drafter.engine.get(), .draft_k = o->spec.draft_k};
+    }
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     so.write_timeout_s = so.read_timeout_s;
     so.max_body_bytes = o->max_body_mb << 20;

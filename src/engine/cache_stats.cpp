@@ -33,6 +33,7 @@ void each_field(CacheStats& a, const CacheStats& b, Op op) {
   op(a.moe_s, b.moe_s);
   op(a.bytes, b.bytes);
   op(a.warm_copies, b.warm_copies);
+  op(a.restore_copied, b.restore_copied);
   op(a.warm_bytes, b.warm_bytes);
   op(a.warm_s, b.warm_s);
   a.physical = a.physical || b.physical;

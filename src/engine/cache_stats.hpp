@@ -41,6 +41,7 @@ struct CacheStats {
   double moe_s = 0;              // M(l): from the end of the wait to the layer's end
   int64_t bytes = 0;             // bytes copied (decode)
   int64_t warm_copies = 0;       // warm-up copies at request start
+  int64_t restore_copied = 0;    // --spec-select rollback: slots copied again after a rejection
   int64_t warm_bytes = 0;
   double warm_s = 0;
 

@@ -72,6 +72,7 @@ CacheStats physical_stats(const schedule::RunTotals& t) {
   s.host_s = t.host;
   s.bytes = t.bytes;
   s.warm_copies = t.warm_copies;
+  s.restore_copied = t.restore_copies;
   s.warm_bytes = t.warm_bytes;
   s.warm_s = t.warm_seconds;
   return s;

@@ -75,8 +75,7 @@ class ExpertCache {
   void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
                  schedule::LayerDriver& driver);
 
-  // --spec-select rollback (config().rollback; logical only): OffloadStep::mark_rollback and
-  // rollback.
+  // --spec-select rollback (config().rollback): OffloadStep::mark_rollback and rollback.
   void mark_rollback(int positions) { step_->mark_rollback(positions); }
   void rollback(int kept) { step_->rollback(kept); }
 

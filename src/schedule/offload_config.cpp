@@ -81,12 +81,7 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
   c.max_inflight = r.max_inflight;
   c.pacing = parse_pacing(r.pacing);
   if (r.spec_select == "rollback" && !dense) {
-    if (c.link.moves_experts())
-      fail("--spec-select", "--link",
-           "expected --link resident with rollback (the restored slots are counted logically; "
-           "physical restore copies are not built yet), found '{}'",
-           r.link);
-    c.rollback = true;
+    c.rollback = true;  // on every link: restored slots are copied again (OffloadStep::rollback)
   } else if (!r.spec_select.empty() && !dense) {
     const policy::BlockRule rule = policy::parse_block_rule(r.spec_select);
     if (c.link.moves_experts())

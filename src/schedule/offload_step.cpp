@@ -239,11 +239,20 @@ const policy::Decision& OffloadStep::route_layer_major(int layer, int32_t token,
   return d;
 }
 
-void OffloadStep::mark_rollback(int positions) {
-  SM_ASSERT_MSG(scheduler_ == nullptr, "rollback is logical only (no link moves experts)");
-  router_.mark(positions);
-}
+void OffloadStep::mark_rollback(int positions) { router_.mark(positions); }
 
-void OffloadStep::rollback(int kept) { counts_.restore_copies += router_.rewind(kept); }
+void OffloadStep::rollback(int kept) {
+  counts_.restore_copies += router_.rewind(kept);
+  if (!scheduler_) return;
+  // The physical side follows: slots whose expert the rewind gave back are copied again.
+  const int layers = router_.spec().layers;
+  const int slots = router_.cache_slots();
+  for (int l = 0; l < layers; ++l) {
+    const policy::LayerCache& cache = router_.cache(l);
+    for (int s = 0; s < slots; ++s)
+      slot_experts_[static_cast<size_t>(l) * slots + s] = cache.expert_in_slot(s);
+  }
+  scheduler_->restore(slot_experts_);
+}
 
 }  // namespace steermoe::schedule

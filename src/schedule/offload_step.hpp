@@ -146,10 +146,10 @@ class OffloadStep {
   void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
                  LayerDriver& driver);
 
-  // Speculative decoding's rollback (--spec-select rollback; logical only): the next
-  // `positions` steps may be taken back; rollback(kept) keeps the first `kept` of them, every
-  // layer's logical cache as if the others had never been routed (copies that restore a slot:
-  // counts().restore_copies).
+  // Speculative decoding's rollback (--spec-select rollback): the next `positions` steps may be
+  // taken back; rollback(kept) keeps the first `kept` of them, every layer's logical cache as if
+  // the others had never been routed (slots given back their expert: counts().restore_copies;
+  // with a link, those whose physical content differs are copied again).
   void mark_rollback(int positions);
   void rollback(int kept);
 

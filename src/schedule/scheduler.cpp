@@ -107,7 +107,7 @@ void TransferScheduler::enqueue_copy(int slot_index, CopyKind kind) {
   } else if (kind == CopyKind::kDemand) {
     ++token_.demand;
   }
-  if (kind != CopyKind::kWarm) token_.bytes += config_.expert_bytes;
+  if (kind != CopyKind::kWarm && kind != CopyKind::kRestore) token_.bytes += config_.expert_bytes;
 }
 
 int TransferScheduler::unfinished_prefetches() {
@@ -200,6 +200,20 @@ double TransferScheduler::begin_request(std::span<const int32_t> slot_experts) {
   ++totals_.requests;
   token_ = TokenStats{};
   return seconds;
+}
+
+void TransferScheduler::restore(std::span<const int32_t> slot_experts) {
+  SM_ASSERT(slot_experts.size() == logical_expert_.size());
+  SM_ASSERT(host_layer_ < 0);
+  for (size_t g = 0; g < slot_experts.size(); ++g) {
+    const int expert = slot_experts[g];
+    if (expert < 0 || expert == logical_expert_[g]) continue;
+    reassign(static_cast<int>(g), expert);
+    if (physical_expert_[g] != expert) {
+      enqueue_copy(static_cast<int>(g), CopyKind::kRestore);
+      ++totals_.restore_copies;
+    }
+  }
 }
 
 void TransferScheduler::begin_token() {

@@ -50,7 +50,7 @@ struct SchedulerConfig {
 };
 
 // What kind of copy last wrote a slot (used to attribute stalls).
-enum class CopyKind : uint8_t { kNone, kWarm, kDemand, kPrefetch };
+enum class CopyKind : uint8_t { kNone, kWarm, kDemand, kPrefetch, kRestore };
 
 // Accounting of one decode token. Prefetch classification (exclusive; policy contract "Timing
 // model"): a prefetch emitted for layer l of this token is `in_time` if its expert is in S and
@@ -98,6 +98,8 @@ struct RunTotals {
   // Prompt time: warm-up copies at request start (kept out of the decode figures above).
   int64_t warm_copies = 0;
   int64_t warm_bytes = 0;
+  // Speculative decoding's rollback: slots copied again after the policy took its caches back.
+  int64_t restore_copies = 0;
   double warm_seconds = 0;
   // Per layer [L].
   std::vector<int64_t> layer_demand, layer_in_time, layer_late, layer_unused;
@@ -116,6 +118,11 @@ class TransferScheduler {
   double begin_request(std::span<const int32_t> slot_experts);
 
   void begin_token();
+  // Speculative decoding's rollback (between tokens): the policy took its logical caches back;
+  // `slot_experts` [L * C] as for begin_request. Every slot whose logical expert changed is
+  // reassigned (a pending prefetch into it dropped) and, where its physical content differs,
+  // copied again without waiting: a later wait_for_layer waits for it as for a demand copy.
+  void restore(std::span<const int32_t> slot_experts);
 
   // Start of H(layer). Returns the [E] mask of experts of `layer` whose latest copy into some
   // slot has been enqueued (what routing sees in the `physical` demonstration mode). The span

@@ -7,6 +7,7 @@
 #include "common/error.hpp"
 #include "engine/logprob.hpp"
 #include "engine/sampler.hpp"
+#include "engine/speculative.hpp"
 #include "server/utf8.hpp"
 
 namespace steermoe::server {
@@ -178,16 +179,106 @@ std::string generate(engine::Engine& engine, const tokenizer::Tokenizer& tok, Jo
   return "length";  // max_tokens reached, or the context is full
 }
 
+// Speculative decoding: the prompt through both engines, then verifications until max_tokens,
+// the end of sequence, a stop string or a cancel; tokens appended as they are committed.
+std::string generate_speculative(engine::Engine& engine, const tokenizer::Tokenizer& tok, Job& job,
+                                 const Drafting& drafting, Clock::time_point t_start,
+                                 int& decoded, int64_t& verifications, const TokenHook& hook) {
+  const SamplingOptions& o = job.options;
+  const int room = engine.context() - static_cast<int>(job.prompt.size());
+  const int max_new = std::max(0, std::min(o.max_tokens, room));
+  const std::optional<int32_t> eos = tok.eos();
+  size_t max_stop = 0;
+  for (const std::string& s : o.stop) max_stop = std::max(max_stop, s.size());
+  engine::SpeculativeDecoder sd(
+      engine, *drafting.drafter,
+      {.draft_k = drafting.draft_k, .temperature = o.temperature, .seed = o.seed});
+  std::vector<int32_t> out;
+  out.reserve(static_cast<size_t>(max_new) + static_cast<size_t>(drafting.draft_k) + 1);
+  size_t taken = 0;
+  std::string finish = "length";
+  // Takes the committed tokens into the job; false once the job has ended.
+  auto take = [&] {
+    for (; taken < out.size(); ++taken) {
+      if (static_cast<int>(taken) >= max_new) return false;
+      const int32_t id = out[taken];
+      if (!o.ignore_eos && eos && id == *eos) {
+        std::lock_guard lock(job.mu);
+        job.generated.push_back(ScoredToken{id});
+        finish = "stop";
+        return false;
+      }
+      if (add_token(tok, job, ScoredToken{id}, max_stop)) {
+        finish = "stop";
+        return false;
+      }
+    }
+    return static_cast<int>(taken) < max_new;
+  };
+  if (max_new > 0) {
+    out.push_back(sd.begin(job.prompt));
+  } else {
+    engine.prefill(job.prompt);
+  }
+  if (hook) hook(engine, false);
+  {
+    std::lock_guard lock(job.mu);
+    job.prompt_ms = ms_since(t_start);
+    job.prompt_done = true;
+  }
+  job.notify();
+  while (take()) {
+    if (job.cancelled.load()) {
+      finish = "cancelled";
+      break;
+    }
+    sd.step(out);
+    if (hook) hook(engine, false);
+  }
+  decoded = static_cast<int>(sd.stats().committed);
+  verifications = sd.stats().verifications;
+  return finish;
+}
+
 }  // namespace
 
+bool drafts_exactly(const SamplingOptions& o) {
+  return o.logprobs < 0 && !o.echo && o.top_k == 0 && o.top_p >= 1.0f && o.min_p == 0.0f &&
+         o.repetition_penalty == 1.0f && o.presence_penalty == 0.0f &&
+         o.frequency_penalty == 0.0f;
+}
+
 void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job,
-             const TokenHook& hook) {
+             const TokenHook& hook, const Drafting& drafting) {
   const auto t_start = Clock::now();
   try {
     SM_ASSERT(!job.prompt.empty() && chunk > 0);
     std::vector<int32_t> scratch;
     engine.reset();
     const CopyCounters copies_before = read_copy_counters(engine);
+    if (drafting.drafter != nullptr && drafts_exactly(job.options)) {
+      int decoded = 0;
+      int64_t verifications = 0;
+      const std::string finish =
+          generate_speculative(engine, tok, job, drafting, t_start, decoded, verifications, hook);
+      if (hook) hook(engine, true);
+      const CopyCounters copies_after = read_copy_counters(engine);
+      {
+      std::lock_guard lock(job.mu);
+      job.decode_ms = ms_since(t_start) - job.prompt_ms;
+      job.decoded = decoded;
+      job.speculative = true;
+      job.verifications = verifications;
+      job.copies = {copies_after.demand - copies_before.demand,
+                    copies_after.prefetch - copies_before.prefetch};
+      job.finish_reason = finish;
+      job.safe_bytes = job.text.size();
+      job.safe_tokens = job.generated.size();
+      job.done = true;
+      }
+      job.notify();
+      return;
+    }
     std::vector<float> last(static_cast<size_t>(engine.config().vocab));
     process_prompt(engine, chunk, job, last, scratch);
     if (hook) hook(engine, false);

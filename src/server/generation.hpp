@@ -81,7 +81,9 @@ struct Job {
   std::string policy_used;                 // canonical policy string
   int cache_used = 0;                      // logical cache slots per layer
   double queue_ms = 0.0, prompt_ms = 0.0, decode_ms = 0.0;
-  int decoded = 0;  // tokens fed back through decode()
+  int decoded = 0;  // tokens fed back through decode() (speculative: committed by verifications)
+  bool speculative = false;  // decoded with the drafter (--draft)
+  int64_t verifications = 0;  // ... target verifications (committed / verifications = tau)
   CopyCounters copies;
 
   void notify() {
@@ -94,11 +96,23 @@ struct Job {
 // (`final`): the engine may be read then (the live cache view).
 using TokenHook = std::function<void(const engine::Engine&, bool final)>;
 
+// Speculative decoding for the server (--draft): the drafter's engine and drafts per verification.
+struct Drafting {
+  engine::Engine* drafter = nullptr;  // null: no speculative decoding
+  int draft_k = 4;
+};
+
+// True when speculative sampling keeps what the job asks for exactly: no logprobs, no prompt
+// scoring, no top-k / top-p / min-p filter and no penalty (the acceptance rule is defined on
+// the target's distribution at a temperature). Other jobs decode without the drafter.
+bool drafts_exactly(const SamplingOptions& o);
+
 // Runs `job` on `engine` (which the caller has set up for the job's policy). `chunk` is the
 // prompt batch size used when prompt logits are needed (use the engine's max_batch, so scoring
-// in chunks sees the same batches as one prefill). Never throws: errors land in job.error.
+// in chunks sees the same batches as one prefill). With a drafter, jobs drafts_exactly() allows
+// decode speculatively. Never throws: errors land in job.error.
 void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk, Job& job,
-             const TokenHook& hook = {});
+             const TokenHook& hook = {}, const Drafting& drafting = {});
 
 // Position of the first occurrence of any stop string in `text` at or after `from`, or npos.
 size_t find_stop(const std::string& text, const std::vector<std::string>& stops, size_t from);

@@ -466,14 +466,21 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
 
 json steermoe_report(const Job& job) {
   const double per_token = job.decoded > 0 ? job.decode_ms / job.decoded : 0.0;
-  return {{"policy", job.policy_used},
-          {"cache", job.cache_used},
-          {"copies", {{"demand", job.copies.demand}, {"prefetch", job.copies.prefetch}}},
-          {"queue_ms", job.queue_ms},
-          {"prompt_ms", job.prompt_ms},
-          {"decode_ms", job.decode_ms},
-          {"decoded_tokens", job.decoded},
-          {"ms_per_token", per_token}};
+  json report = {{"policy", job.policy_used},
+                 {"cache", job.cache_used},
+                 {"copies", {{"demand", job.copies.demand}, {"prefetch", job.copies.prefetch}}},
+                 {"queue_ms", job.queue_ms},
+                 {"prompt_ms", job.prompt_ms},
+                 {"decode_ms", job.decode_ms},
+                 {"decoded_tokens", job.decoded},
+                 {"ms_per_token", per_token}};
+  if (job.speculative) {
+    report["speculative"] = {
+        {"verifications", job.verifications},
+        {"tokens_per_verification",
+         job.verifications > 0 ? static_cast<double>(job.decoded) / job.verifications : 0.0}};
+  }
+  return report;
 }
 
 json completion_logprobs(const Job& job, const tokenizer::Tokenizer& tok, bool echo,

@@ -113,8 +113,10 @@ void Worker::run(Job& job) {
                                                                  job.submitted)
                            .count();
       }
-      run_job(engine, tok_, options_.engine.max_batch, job,
-              [this](const engine::Engine& e, bool final) { take_view(e, final); });
+      run_job(
+          engine, tok_, options_.engine.max_batch, job,
+          [this](const engine::Engine& e, bool final) { take_view(e, final); },
+          options_.drafting);
     } catch (const std::exception& e) {
       std::lock_guard lock(job.mu);
       job.error = e.what();

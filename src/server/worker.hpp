@@ -22,6 +22,7 @@ namespace steermoe::server {
 struct WorkerOptions {
   engine::EngineParams engine;  // defaults: offload (policy, cache, calibration), threads, context
   size_t queue_capacity = 16;   // requests waiting (not counting the one running)
+  Drafting drafting;            // --draft: the drafter's engine (outlives the worker) and k
 };
 
 class Worker {

@@ -143,8 +143,10 @@ TEST_F(SpeculativePair, BlockVerificationExactIsGreedyAndBlockCopiesLess) {
 
 // PSR at C = 24 of 64 with the shipped calibration, verification through the policy; with
 // `rollback` every layer's logical cache is taken back to the committed positions.
-EngineParams psr_params(const model::Model& m, const char* spec_select) {
-  schedule::OffloadRequest r{.policy = "psr:lambda=0.3,n=1", .cache = 24, .spec_select = spec_select};
+EngineParams psr_params(const model::Model& m, const char* spec_select,
+                        const char* link = "resident") {
+  schedule::OffloadRequest r{
+      .policy = "psr:lambda=0.3,n=1", .cache = 24, .link = link, .spec_select = spec_select};
   r.calibration_source = (kModels / "steer-olmoe-small" / "calib.smcal").string();
   r.calibration = std::make_shared<const policy::Calibration>(trace::read_calibration(r.calibration_source));
   EngineParams p{.offload = resolve_offload(m, r)};
@@ -182,6 +184,26 @@ TEST_F(SpeculativePair, RollbackCommitsAutoregressivePsrTokens) {
     }
   }
   EXPECT_GT(differs_without, 0) << "without rollback the rejected positions change later routing";
+}
+
+// On a link that moves experts the slots a rejection took are copied back (physically) before
+// their layer runs again: the tokens stay AR PSR's (computed with every expert resident).
+TEST_F(SpeculativePair, RollbackOnAnOffloadedLinkCopiesTheRestoredSlots) {
+  Engine ar(*target_, psr_params(*target_, ""));
+  Engine drafter(*drafter_, params(*drafter_));
+  Engine target(*target_, psr_params(*target_, "rollback", "emulated:50,5"));
+  SpeculativeDecoder sd(target, drafter, {.draft_k = 5});
+  const auto ps = prompts(*tok_, 4);
+  for (size_t i = 0; i < ps.size(); ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i));
+    const std::vector<int32_t> want = greedy(ar, ps[i], 48);
+    std::vector<int32_t> got{sd.begin(ps[i])};
+    while (got.size() < want.size()) sd.step(got);
+    got.resize(want.size());
+    ASSERT_EQ(got, want);
+  }
+  EXPECT_GT(target.cache_stats().restore_copied, 0);
+  EXPECT_LE(target.cache_stats().restore_copied, target.cache_stats().restore_copies);
 }
 
 TEST_F(SpeculativePair, RollbackGivesTheLogitsOfTheShorterHistory) {

@@ -76,6 +76,15 @@ class Running {
     port_ = server_->bind();
     thread_ = std::thread([this] { server_->serve(); });
   }
+  // A server of another model; `o.worker` set by the caller.
+  Running(const model::Model& model, const tokenizer::Tokenizer& tok, ServerOptions o) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    o.quiet = true;
+    server_ = std::make_unique<HttpServer>(model, tok, o);
+    port_ = server_->bind();
+    thread_ = std::thread([this] { server_->serve(); });
+  }
   ~Running() {
     server_->stop();
     thread_.join();

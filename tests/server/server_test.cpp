@@ -202,6 +202,48 @@ TEST(Server, PerRequestPolicyIsUsedAndReported) {
   EXPECT_EQ(bad["error"]["param"], "steermoe");
 }
 
+// --draft: greedy requests decode speculatively (the shipped pair, PSR with the logical caches
+// rolled back to the committed positions) and give the text plain decoding gives; requests
+// speculative sampling cannot keep exactly (logprobs) decode without the drafter.
+TEST(Server, DraftGivesThePlainGreedyText) {
+  const fs::path models = fs::path(STEERMOE_SOURCE_DIR) / "models";
+  const auto target = model::Model::load(models / "steer-olmoe-small");
+  const auto drafter_model = model::Model::load(models / "steer-drafter-small");
+  const auto tok = tokenizer::Tokenizer::load(models / "steer-olmoe-small");
+  schedule::OffloadRequest req{.policy = "psr:lambda=0.3,n=1", .cache = 32, .spec_select = "rollback"};
+  req.calibration_source = (models / "steer-olmoe-small" / "calib.smcal").string();
+  req.calibration = std::make_shared<const policy::Calibration>(trace::read_calibration(req.calibration_source));
+  ServerOptions o;
+  o.model_name = "steer-olmoe-small";
+  o.worker.engine = {.context = 256, .offload = engine::resolve_offload(*target, req)};
+  engine::Engine drafter(*drafter_model, {.context = 256, .offload = engine::resolve_offload(*drafter_model, {})});
+  const json body = {{"prompt", "def read_config(path):"}, {"max_tokens", 40}, {"temperature", 0}};
+  std::string plain_text;
+  {
+    Running plain(*target, tok, o);
+    int status = 0;
+    const json res = post(plain, "/v1/completions", body, &status);
+    ASSERT_EQ(status, 200) << dump(res);
+    plain_text = res["choices"][0]["text"];
+    EXPECT_FALSE(res["steermoe"].contains("speculative"));
+  }
+  o.worker.drafting = {.drafter = &drafter, .draft_k = 4};
+  Running spec(*target, tok, o);
+  int status = 0;
+  const json res = post(spec, "/v1/completions", body, &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  EXPECT_EQ(res["choices"][0]["text"], plain_text);
+  ASSERT_TRUE(res["steermoe"].contains("speculative")) << dump(res);
+  EXPECT_GT(res["steermoe"]["speculative"]["tokens_per_verification"].get<double>(), 1.2);
+  EXPECT_EQ(res["usage"]["completion_tokens"], 40);
+  json with_logprobs = body;
+  with_logprobs["logprobs"] = 1;
+  const json lp = post(spec, "/v1/completions", with_logprobs, &status);
+  ASSERT_EQ(status, 200) << dump(lp);
+  EXPECT_EQ(lp["choices"][0]["text"], plain_text);
+  EXPECT_FALSE(lp["steermoe"].contains("speculative"));
+}
+
 TEST(Server, CopiesComeFromTheLink) {
   // With a simulated link the engine makes copies, and each response reports its own.
   ServerOptions o;
