@@ -53,7 +53,7 @@ for type in $TYPES; do
     quiet
     # The machine as the simulator sees it: this link and this compute, under exact LRU.
     "$S" profile -m "$model" --scores-from "$TRACE" --calib models/steer-olmoe-small/calib.smcal \
-      --link disk --residency "$res" -t "$THREADS" --windows 1 --window-len "$LEN" -o "$profile" -q
+      --link disk --residency "$res" -t "$THREADS" --windows 1 --window-len "$LEN" -o "$profile"
     budget=()
     [ -n "${MEM_LIMIT:-}" ] && budget=(--mem-limit "$MEM_LIMIT")
     quiet

@@ -28,8 +28,14 @@ Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
     ring_.swap(bigger);
     head_ = 0;
   }
-  const double start = std::max(now_, last_end_);
-  const double duration = copy_seconds(copy.bytes);
+  double start = std::max(now_, last_end_);
+  double duration = copy_seconds(copy.bytes);
+  if (params_.pipelined) {
+    const double transfer = static_cast<double>(copy.bytes) / params_.bandwidth_bytes_per_s;
+    const double end = std::max(now_ + params_.latency_s + transfer, last_end_ + transfer);
+    duration = transfer;  // the link is busy for the transfer; the latency overlaps
+    start = end - transfer;
+  }
   last_end_ = start + duration;
   ++last_ticket_;
   ring_[(head_ + in_flight) & (ring_.size() - 1)] = last_end_;

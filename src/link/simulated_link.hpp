@@ -18,6 +18,11 @@ namespace steermoe::link {
 struct SimulatedLinkParams {
   double bandwidth_bytes_per_s = 0;  // sustained copy bandwidth (> 0)
   double latency_s = 0;              // fixed cost of every copy (>= 0)
+  // false: one copy after another, each paying latency + bytes / bandwidth (a GPU copy stream).
+  // true: copies in flight overlap their latency and share the bandwidth one transfer after
+  // another (a disk with a queue of reads): a copy ends at max(enqueue + latency + transfer,
+  // previous end + transfer).
+  bool pipelined = false;
 };
 
 // Start and end of one simulated copy, kept only when the log is enabled (tests, traces).

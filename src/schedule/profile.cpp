@@ -66,6 +66,11 @@ HardwareProfile parse_profile(const nlohmann::json& json, const std::string& whe
   const std::string lw = where + ": link";
   p.link_bandwidth_bytes_per_s = number(link, "bandwidth_GBps", lw, 1e-9, true) * 1e9;
   p.link_latency_s = number(link, "latency_us", lw, 0, false) * 1e-6;
+  if (link.contains("pipelined")) {
+    if (!link.at("pipelined").is_boolean())
+      fail(lw, "pipelined", "expected true or false, got {}", json_excerpt(link.at("pipelined")));
+    p.link_pipelined = link.at("pipelined").get<bool>();
+  }
   p.expert_bytes = static_cast<int64_t>(number(json, "expert_bytes", where, 1, true));
   const auto& compute = section(json, "compute_us", where);
   const std::string cw = where + ": compute_us";
@@ -84,7 +89,8 @@ nlohmann::json HardwareProfile::to_json() const {
           {"model", {{"name", model}, {"layers", layers}, {"experts", experts}, {"top_k", top_k}}},
           {"link",
            {{"bandwidth_GBps", link_bandwidth_bytes_per_s / 1e9},
-            {"latency_us", link_latency_s * 1e6}}},
+            {"latency_us", link_latency_s * 1e6},
+            {"pipelined", link_pipelined}}},
           {"expert_bytes", expert_bytes},
           {"compute_us",
            {{"attention", attention_s * 1e6},

@@ -21,6 +21,7 @@ struct HardwareProfile {
   // Link: one FIFO copy stream.
   double link_bandwidth_bytes_per_s = 0;  // > 0
   double link_latency_s = 0;              // per copy
+  bool link_pipelined = false;            // copies overlap their latency (SimulatedLinkParams)
   int64_t expert_bytes = 0;               // bytes of one routed expert (> 0)
   // Compute per MoE layer: A(l) = attention + router + pre-gate; M(l) = moe_fixed (shared
   // experts, combine, residual) + |S| * moe_per_expert.

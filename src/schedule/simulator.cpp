@@ -65,7 +65,8 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
   const int slots = options.cache_slots;
 
   link::SimulatedLink link({.bandwidth_bytes_per_s = profile.link_bandwidth_bytes_per_s,
-                            .latency_s = profile.link_latency_s});
+                            .latency_s = profile.link_latency_s,
+                            .pipelined = profile.link_pipelined});
   link.enable_log(options.keep_events);
   OffloadStep step(spec, config, calibration,
                    {.cache_slots = slots,

@@ -36,6 +36,23 @@ TEST(SimulatedLink, CopiesRunOneAfterAnotherInEnqueueOrder) {
   EXPECT_NEAR(link.busy_seconds(), 5.5e-3, kEps);
 }
 
+// A disk with a queue of reads (steermoe profile's disk profiles): copies in flight overlap their
+// latency and share the bandwidth one transfer after another.
+TEST(SimulatedLink, PipelinedCopiesOverlapTheirLatency) {
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0.5e-3, .pipelined = true});
+  EXPECT_EQ(link.enqueue({.layer = 0, .slot = 0, .expert = 3, .bytes = 1000}), 1);
+  EXPECT_EQ(link.enqueue({.layer = 0, .slot = 1, .expert = 4, .bytes = 2000}), 2);
+  EXPECT_EQ(link.enqueue({.layer = 0, .slot = 2, .expert = 5, .bytes = 1000}), 3);
+  EXPECT_NEAR(link.completion_time(1), 1.5e-3, kEps);  // alone: latency + transfer
+  EXPECT_NEAR(link.completion_time(2), 3.5e-3, kEps);  // its transfer after copy 1's
+  EXPECT_NEAR(link.completion_time(3), 4.5e-3, kEps);  // (serial: 1.5 + 2.5 + 1.5 = 5.5 ms)
+  EXPECT_NEAR(link.busy_seconds(), 4.0e-3, kEps);      // transfers only
+  // Idle again: a copy enqueued at 10 ms pays the latency once more.
+  link.advance(10e-3);
+  EXPECT_EQ(link.enqueue({.layer = 1, .slot = 0, .expert = 6, .bytes = 1000}), 4);
+  EXPECT_NEAR(link.completion_time(4), 11.5e-3, kEps);
+}
+
 TEST(SimulatedLink, WaitAdvancesTheClockToTheCompletionOnlyIfNeeded) {
   SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0});
   const Ticket a = link.enqueue({.bytes = 1000});
