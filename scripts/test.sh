@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/install-deps.sh
 JOBS=${JOBS:-$(nproc)}
-FUZZ_SECONDS=${FUZZ_SECONDS:-15}
+FUZZ_SECONDS=${FUZZ_SECONDS:-10}
 
 # The CUDA toolkit, when installed, is compiled into the release build (kernels, CUDA backend and
 # its tests, -Werror on host and device code): nothing runs on a GPU here (tests/cuda skip

@@ -54,6 +54,10 @@ void OffloadStep::begin_request() {
   if (selector_) selector_->reset();
   warmup_s_ = 0;
   if (!scheduler_) return;
+  warmup_s_ = scheduler_->begin_request(logical_slot_experts());
+}
+
+std::span<const int32_t> OffloadStep::logical_slot_experts() {
   const int layers = router_.spec().layers;
   const int slots = router_.cache_slots();
   for (int l = 0; l < layers; ++l) {
@@ -61,7 +65,7 @@ void OffloadStep::begin_request() {
     for (int s = 0; s < slots; ++s)
       slot_experts_[static_cast<size_t>(l) * slots + s] = cache.expert_in_slot(s);
   }
-  warmup_s_ = scheduler_->begin_request(slot_experts_);
+  return slot_experts_;
 }
 
 void OffloadStep::count(const policy::Decision& d) {
@@ -243,16 +247,8 @@ void OffloadStep::mark_rollback(int positions) { router_.mark(positions); }
 
 void OffloadStep::rollback(int kept) {
   counts_.restore_copies += router_.rewind(kept);
-  if (!scheduler_) return;
   // The physical side follows: slots whose expert the rewind gave back are copied again.
-  const int layers = router_.spec().layers;
-  const int slots = router_.cache_slots();
-  for (int l = 0; l < layers; ++l) {
-    const policy::LayerCache& cache = router_.cache(l);
-    for (int s = 0; s < slots; ++s)
-      slot_experts_[static_cast<size_t>(l) * slots + s] = cache.expert_in_slot(s);
-  }
-  scheduler_->restore(slot_experts_);
+  if (scheduler_) scheduler_->restore(logical_slot_experts());
 }
 
 }  // namespace steermoe::schedule

@@ -171,6 +171,8 @@ class OffloadStep {
   double clock() const;
   void count(const policy::Decision& d);
   void keep_pregate(std::span<const float> rows, int n);
+  // The router's expert of every slot, [L * C] layer-major (-1: empty), in slot_experts_.
+  std::span<const int32_t> logical_slot_experts();
   std::span<const float> kept_pregate(int position) const;
   // The steps of run_token, in order.
   void begin_token(int32_t token);

@@ -3,14 +3,6 @@
 // tests (bytes exactly as written, half-close, pipelining, slow clients).
 #pragma once
 
-#if defined(__SANITIZE_ADDRESS__)
-#define STEERMOE_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define STEERMOE_ASAN 1
-#endif
-#endif
-
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -28,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../sanitizer.hpp"
 #include "engine/engine.hpp"
 #include "server/http_server.hpp"
 #include "server/protocol.hpp"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../sanitizer.hpp"
 #include "test_util.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -60,8 +61,11 @@ TEST(LongRuns, TenMegabytesOfOneCharacter) {
     EXPECT_LT(s, 5.0) << "'" << c << "'";
     EXPECT_EQ(tok.decode(ids), text) << "'" << c << "'";
   }
-  // The text (10 MB), its byte-level spelling (up to 20 MB) and the ids; not 600 MB.
+#ifndef STEERMOE_ASAN
+  // The text (10 MB), its byte-level spelling (up to 20 MB) and the ids; not 600 MB. (Under
+  // AddressSanitizer freed memory stays in its quarantine: 359 MB measured there.)
   EXPECT_LT(peak_rss_kb() - before, 160u * 1024) << "peak memory grew by that many kB";
+#endif
 }
 
 }  // namespace
