@@ -272,8 +272,12 @@ SlotSource random_slot_source(std::function<DType(const TensorSlot&)> dtype_of, 
   SlotSource src;
   src.dtype_of = std::move(dtype_of);
   src.produce = [seed, pool](const TensorSlot& s, DType dt, OutputFile& out) {
-    const auto [mean, std] = random_moments(s);
-    const float half_width = std * std::sqrt(3.0f);  // uniform(-a, a) has std a / sqrt(3)
+    // Plain variables, not structured bindings: the lambda below captures `mean`, which
+    // Clang before 16 refuses for a binding.
+    const auto moments = random_moments(s);
+    const float mean = std::get<0>(moments);
+    // uniform(-a, a) has std a / sqrt(3)
+    const float half_width = std::get<1>(moments) * std::sqrt(3.0f);
     const uint64_t state = seed ^ hash_name(s.name);
     // A multiple of every block (32, 256): chunks never split one.
     constexpr size_t kChunk = size_t{1} << 20;
