@@ -256,46 +256,35 @@ void run_job(engine::Engine& engine, const tokenizer::Tokenizer& tok, int chunk,
     std::vector<int32_t> scratch;
     engine.reset();
     const CopyCounters copies_before = read_copy_counters(engine);
-    if (drafting.drafter != nullptr && drafts_exactly(job.options)) {
-      int decoded = 0;
-      int64_t verifications = 0;
-      const std::string finish =
-          generate_speculative(engine, tok, job, drafting, t_start, decoded, verifications, hook);
-      if (hook) hook(engine, true);
-      const CopyCounters copies_after = read_copy_counters(engine);
+    const bool speculative = drafting.drafter != nullptr && drafts_exactly(job.options);
+    int decoded = 0;
+    int64_t verifications = 0;
+    std::string finish;
+    auto t_decode = Clock::now();
+    if (speculative) {
+      // The prompt goes through both engines inside (prompt_ms is set there).
+      finish = generate_speculative(engine, tok, job, drafting, t_start, decoded, verifications,
+                                    hook);
+    } else {
+      std::vector<float> last(static_cast<size_t>(engine.config().vocab));
+      process_prompt(engine, chunk, job, last, scratch);
+      if (hook) hook(engine, false);
       {
-      std::lock_guard lock(job.mu);
-      job.decode_ms = ms_since(t_start) - job.prompt_ms;
-      job.decoded = decoded;
-      job.speculative = true;
-      job.verifications = verifications;
-      job.copies = {copies_after.demand - copies_before.demand,
-                    copies_after.prefetch - copies_before.prefetch};
-      job.finish_reason = finish;
-      job.safe_bytes = job.text.size();
-      job.safe_tokens = job.generated.size();
-      job.done = true;
+        std::lock_guard lock(job.mu);
+        job.prompt_ms = ms_since(t_start);
+        job.prompt_done = true;
       }
       job.notify();
-      return;
+      t_decode = Clock::now();
+      finish = generate(engine, tok, job, last, scratch, decoded, hook);
     }
-    std::vector<float> last(static_cast<size_t>(engine.config().vocab));
-    process_prompt(engine, chunk, job, last, scratch);
-    if (hook) hook(engine, false);
-    {
-      std::lock_guard lock(job.mu);
-      job.prompt_ms = ms_since(t_start);
-      job.prompt_done = true;
-    }
-    job.notify();
-    const auto t_decode = Clock::now();
-    int decoded = 0;
-    const std::string finish = generate(engine, tok, job, last, scratch, decoded, hook);
     if (hook) hook(engine, true);
     const CopyCounters copies_after = read_copy_counters(engine);
     std::lock_guard lock(job.mu);
-    job.decode_ms = ms_since(t_decode);
+    job.decode_ms = speculative ? ms_since(t_start) - job.prompt_ms : ms_since(t_decode);
     job.decoded = decoded;
+    job.speculative = speculative;
+    job.verifications = verifications;
     job.copies = {copies_after.demand - copies_before.demand,
                   copies_after.prefetch - copies_before.prefetch};
     job.finish_reason = finish;
