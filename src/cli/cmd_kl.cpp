@@ -12,6 +12,7 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "cli/speculative.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/output_file.hpp"
@@ -30,6 +31,7 @@ void add_kl_command(CLI::App& root) {
     int threads = 1;
     std::string json;
     EngineOptions engine;
+    SpecOptions spec;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -48,6 +50,8 @@ void add_kl_command(CLI::App& root) {
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
   cmd->add_option("--json", o->json, "Write the rows (steermoe.kl/1) here");
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
+  // Teacher forced: the committed tokens are the text's, drafts accepted while they match it.
+  add_speculative_options(cmd, o->spec);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "kl");
@@ -62,6 +66,7 @@ void add_kl_command(CLI::App& root) {
     schedule::OffloadRequest exact_request = request;
     exact_request.cache = cfg.experts;
     exact_request.residency = 0;
+    apply_speculative(o->spec, request);  // the configurations' verification rule, not exact's
     engine::Engine exact(
         *model, engine_params(o->engine, resolve_policy(exact_request, "exact:evict=lru", *model),
                               o->threads, o->window_len));
@@ -78,9 +83,15 @@ void add_kl_command(CLI::App& root) {
         std::fprintf(stderr, "kl: %lld/%lld windows\n", static_cast<long long>(done),
                      static_cast<long long>(total));
     };
-    const std::vector<eval::KlRow> rows =
-        eval::kl_divergence(exact, pointers, cfg.vocab, ids,
-                            {.window = o->window_len, .max_windows = o->max_windows}, progress);
+    Drafter drafter;
+    if (!o->spec.draft.empty()) drafter = load_drafter(o->spec, o->threads, o->window_len);
+    const std::vector<eval::KlRow> rows = eval::kl_divergence(
+        exact, pointers, cfg.vocab, ids,
+        {.window = o->window_len,
+         .max_windows = o->max_windows,
+         .drafter = drafter.engine.get(),
+         .draft_k = o->spec.draft_k},
+        progress);
     std::printf("%s", eval::kl_table(rows).c_str());
     if (!o->json.empty()) {
       nlohmann::json doc = eval::kl_json(rows);

@@ -144,12 +144,23 @@ int32_t SpeculativeDecoder::begin(std::span<const int32_t> prompt) {
   return last_;
 }
 
-int SpeculativeDecoder::step(std::vector<int32_t>& out) {
+std::span<const float> SpeculativeDecoder::begin_forced(std::span<const int32_t> prompt,
+                                                        int32_t next) {
+  if (prompt.empty()) fail("speculative", "prompt", "expected at least one token");
+  target_.reset();
+  drafter_.reset();
+  const std::span<const float> logits = target_.prefill(prompt);
+  last_ = next;
+  drafter_.prefill(prompt);
+  return logits;
+}
+
+int SpeculativeDecoder::draft_and_verify(int max_drafts) {
   const int n = target_.position();
   SM_ASSERT_MSG(drafter_.position() == n, "drafter and target out of step");
   const int room = std::min(target_.context(), drafter_.context()) - n - 1;
   if (room < 0) fail("speculative", "context", "the context of {} positions is full", n);
-  const int k = std::min(params_.draft_k, room);
+  const int k = std::min({params_.draft_k, room, max_drafts});
   const auto V = static_cast<size_t>(target_.config().vocab);
   const bool greedy = params_.temperature == 0;
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
@@ -181,19 +192,49 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
 
   // Verify the k+1 positions in one call; logits_ row i predicts the token after block_[i].
   const auto t1 = Clock::now();
-  CacheStats verify_copies;  // verification through the policy: its insertions
   const std::span<const int32_t> block(block_.data(), static_cast<size_t>(k) + 1);
   const std::span<float> logits(logits_.data(), (static_cast<size_t>(k) + 1) * V);
+  const CacheStats before = target_.cache_stats();
   if (target_.verifies_in_blocks()) {
-    const CacheStats before = target_.cache_stats();
     target_.verify(block, position_weights(k), logits);
-    stats_.block_copies += (target_.cache_stats() - before).block_copies;
   } else {
     if (target_.rolls_back_routing()) target_.mark_rollback(k + 1);
-    const CacheStats before = target_.cache_stats();
     target_.prefill(block, logits);
-    verify_copies = target_.cache_stats() - before;
   }
+  const CacheStats copies = target_.cache_stats() - before;
+  stats_.block_copies += copies.block_copies;
+  stats_.verify_insertions += copies.logical_demand + copies.logical_prefetch;
+  stats_.verify_s += seconds_since(t1);
+  return k;
+}
+
+void SpeculativeDecoder::commit(int n, int k, int accepted, int32_t next,
+                                std::vector<int32_t>* out) {
+  // d1 .. d(accepted) and `next`; both engines forget the rejected positions.
+  if (out != nullptr) {
+    for (int i = 1; i <= accepted; ++i) out->push_back(block_[static_cast<size_t>(i)]);
+    out->push_back(next);
+  }
+  const int64_t restored = target_.cache_stats().restore_copies;
+  target_.rollback(n + accepted + 1);
+  stats_.restore_copies += target_.cache_stats().restore_copies - restored;
+  if (accepted < k) {
+    drafter_.rollback(n + accepted + 1);
+  } else {
+    drafter_.decode(block_[static_cast<size_t>(k)]);  // its last draft, never fed
+  }
+  last_ = next;
+  ++stats_.verifications;
+  stats_.committed += accepted + 1;
+}
+
+int SpeculativeDecoder::step(std::vector<int32_t>& out) {
+  const int n = target_.position();
+  const int k = draft_and_verify(params_.draft_k);
+  const auto V = static_cast<size_t>(target_.config().vocab);
+  const bool greedy = params_.temperature == 0;
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  const auto t1 = Clock::now();
   int a = 0;
   int32_t next = 0;
   for (;; ++a) {
@@ -218,22 +259,24 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
     ++stats_.accepted[static_cast<size_t>(a)];
   }
   stats_.verify_s += seconds_since(t1);
+  commit(n, k, a, next, &out);
+  return a + 1;
+}
 
-  // Commit d1 .. da and the target's token; both engines forget the rejected positions.
-  for (int i = 1; i <= a; ++i) out.push_back(block_[static_cast<size_t>(i)]);
-  out.push_back(next);
-  const int64_t restored = target_.cache_stats().restore_copies;
-  target_.rollback(n + a + 1);
-  stats_.restore_copies += target_.cache_stats().restore_copies - restored;
-  stats_.verify_insertions += verify_copies.logical_demand + verify_copies.logical_prefetch;
-  if (a < k) {
-    drafter_.rollback(n + a + 1);
-  } else {
-    drafter_.decode(block_[static_cast<size_t>(k)]);  // its last draft, never fed
+int SpeculativeDecoder::step_forced(std::span<const int32_t> text, std::span<float> logits) {
+  if (text.empty()) fail("speculative", "text", "expected at least one token to commit");
+  const int n = target_.position();
+  const int k = draft_and_verify(static_cast<int>(text.size()) - 1);
+  const auto V = static_cast<size_t>(target_.config().vocab);
+  SM_ASSERT(logits.size() >= (static_cast<size_t>(k) + 1) * V);
+  int a = 0;
+  for (; a < k; ++a) {
+    ++stats_.reached[static_cast<size_t>(a)];
+    if (block_[static_cast<size_t>(a) + 1] != text[static_cast<size_t>(a)]) break;
+    ++stats_.accepted[static_cast<size_t>(a)];
   }
-  last_ = next;
-  ++stats_.verifications;
-  stats_.committed += a + 1;
+  std::copy_n(logits_.begin(), (static_cast<size_t>(a) + 1) * V, logits.begin());
+  commit(n, k, a, text[static_cast<size_t>(a)], nullptr);
   return a + 1;
 }
 

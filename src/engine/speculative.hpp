@@ -67,9 +67,27 @@ class SpeculativeDecoder {
   // the target's own) and returns how many. Fewer drafts near the end of the context.
   int step(std::vector<int32_t>& out);
 
+  // Teacher forcing (`kl --draft`): the committed tokens are a text's, not the target's.
+  // begin_forced is begin with `next` (the text's token after the prompt) committed in place of
+  // the target's pick; it returns the target's logits at the prompt's last position (valid until
+  // the next call). step_forced verifies one block whose drafts are accepted while they equal
+  // `text` (the tokens after the last committed one, >= 1 of them; fewer drafts than text
+  // tokens), then commits the text's next token; it writes the target's logits of the committed
+  // positions (row i predicts text[i]) to `logits` ([k+1][V] room) and returns how many tokens
+  // it committed.
+  std::span<const float> begin_forced(std::span<const int32_t> prompt, int32_t next);
+  int step_forced(std::span<const int32_t> text, std::span<float> logits);
+
   const SpecStats& stats() const { return stats_; }
+  int draft_k() const { return params_.draft_k; }
 
  private:
+  // Drafts up to min(draft_k, room, max_drafts) tokens after last_ and verifies them with last_
+  // in one target call (block_, logits_); returns the number of drafts k.
+  int draft_and_verify(int max_drafts);
+  // Commits drafts 1..accepted and `next` (appended to *out when given), rolls both engines back
+  // to the committed history and counts the verification.
+  void commit(int n, int k, int accepted, int32_t next, std::vector<int32_t>* out);
   // The tokens the target has not seen yet: the last committed one (its next input).
   int32_t pick(std::span<const float> logits);
   void probabilities(std::span<const float> logits, std::vector<float>& out) const;

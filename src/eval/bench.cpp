@@ -25,8 +25,39 @@ size_t argmax(std::span<const float> row) {
   return static_cast<size_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// Copies, stalls and link figures of `sum` per token, dividing by `per_token` tokens (decode
+// tokens; committed tokens under speculative decoding, whose verification positions are not
+// tokens of the output).
+void copy_figures(BenchRound& r, const engine::CacheStats& sum, double per_token, double total_ms,
+                  const engine::Engine& e) {
+  const double st = std::max(per_token, 1.0);
+  if (sum.physical) {
+    r.physical = true;
+    r.demand = static_cast<double>(sum.demand) / st;
+    r.prefetch = static_cast<double>(sum.prefetch) / st;
+    r.in_time = static_cast<double>(sum.prefetch_in_time) / st;
+    r.late = static_cast<double>(sum.prefetch_late) / st;
+    r.unused = static_cast<double>(sum.prefetch_unused) / st;
+    r.dropped = static_cast<double>(sum.prefetch_dropped) / st;
+    r.stall_ms = sum.stall_s * 1e3 / st;
+    r.stall_demand_ms = sum.stall_demand_s * 1e3 / st;
+    r.stall_prefetch_ms = sum.stall_prefetch_s * 1e3 / st;
+    r.stall_other_ms = sum.stall_other_s * 1e3 / st;
+    r.host_ms = sum.host_s * 1e3 / st;
+    r.attention_ms = sum.attention_s * 1e3 / st;
+    r.moe_ms = sum.moe_s * 1e3 / st;
+    r.link_clock_ms = sum.latency_s * 1e3 / st;
+    r.link_gb_per_s = total_ms > 0 ? static_cast<double>(sum.bytes) / (total_ms * 1e-3) / 1e9 : 0.0;
+    if (e.expert_cache().kind() == engine::LinkKind::kSim) r.sim_mean_ms = sum.latency_s * 1e3 / st;
+  } else {
+    r.demand = static_cast<double>(sum.logical_demand) / st;
+    r.prefetch = static_cast<double>(sum.logical_prefetch) / st;
+  }
+}
+
 // Speculative decoding of every prompt: per-token latency is each verification's time (drafting
-// included) spread over the tokens it committed.
+// included) spread over the tokens it committed; copies, stalls and link time are per committed
+// token (the prompt's copies stay out, as for plain decoding).
 BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<int32_t>> prompts,
                                  const BenchOptions& options, int round) {
   using Clock = std::chrono::steady_clock;
@@ -34,11 +65,13 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
   r.round = round;
   std::vector<double> ms;
   engine::SpeculativeDecoder sd(e, *options.drafter, {.draft_k = options.draft_k});
+  engine::CacheStats sum;
   std::vector<int32_t> out;
   for (size_t index = 0; index < prompts.size(); ++index) {
     if (options.before_sequence) options.before_sequence(index);
     out.clear();
     out.push_back(sd.begin(prompts[index]));
+    const engine::CacheStats before = e.cache_stats();
     while (static_cast<int>(out.size()) < options.generate) {
       const auto t0 = Clock::now();
       const int committed = sd.step(out);
@@ -46,6 +79,7 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
           std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / committed;
       for (int i = 0; i < committed; ++i) ms.push_back(each);
     }
+    sum += e.cache_stats() - before;
   }
   const engine::SpecStats& s = sd.stats();
   const double committed = static_cast<double>(std::max<int64_t>(s.committed, 1));
@@ -56,10 +90,20 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
   r.p50_ms = percentile(ms, 0.5);
   r.p99_ms = percentile(ms, 0.99);
   if (options.token_ms) r.token_ms = ms;
+  copy_figures(r, sum, committed, total_ms, e);
   r.tau = s.tau();
-  r.block_copies = static_cast<double>(s.block_copies) / committed;
+  r.block_copies = static_cast<double>(sum.block_copies) / committed;
+  // Rollback: slots the policy gave back their expert (logical), of which a link copied again
+  // those whose physical content differed.
+  r.restore_copies =
+      static_cast<double>(sum.physical ? sum.restore_copied : sum.restore_copies) / committed;
   r.draft_ms = s.draft_s * 1e3 / committed;
   r.verify_ms = s.verify_s * 1e3 / committed;
+  r.acceptance.resize(s.reached.size());
+  for (size_t d = 0; d < s.reached.size(); ++d)
+    r.acceptance[d] =
+        s.reached[d] > 0 ? static_cast<double>(s.accepted[d]) / static_cast<double>(s.reached[d])
+                         : 0.0;
   return r;
 }
 
@@ -102,30 +146,8 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
   r.p50_ms = percentile(ms, 0.5);
   r.p99_ms = percentile(ms, 0.99);
   if (options.token_ms) r.token_ms = ms;
-  if (sum.physical) {
-    const double st = std::max<double>(static_cast<double>(sum.tokens), 1.0);
-    r.physical = true;
-    r.demand = static_cast<double>(sum.demand) / st;
-    r.prefetch = static_cast<double>(sum.prefetch) / st;
-    r.in_time = static_cast<double>(sum.prefetch_in_time) / st;
-    r.late = static_cast<double>(sum.prefetch_late) / st;
-    r.unused = static_cast<double>(sum.prefetch_unused) / st;
-    r.dropped = static_cast<double>(sum.prefetch_dropped) / st;
-    r.stall_ms = sum.stall_s * 1e3 / st;
-    r.stall_demand_ms = sum.stall_demand_s * 1e3 / st;
-    r.stall_prefetch_ms = sum.stall_prefetch_s * 1e3 / st;
-    r.stall_other_ms = sum.stall_other_s * 1e3 / st;
-    r.host_ms = sum.host_s * 1e3 / st;
-    r.attention_ms = sum.attention_s * 1e3 / st;
-    r.moe_ms = sum.moe_s * 1e3 / st;
-    r.link_clock_ms = sum.latency_s * 1e3 / st;
-    r.link_gb_per_s = total_ms > 0 ? static_cast<double>(sum.bytes) / (total_ms * 1e-3) / 1e9 : 0.0;
-    if (e.expert_cache().kind() == engine::LinkKind::kSim) r.sim_mean_ms = sum.latency_s * 1e3 / st;
-  } else {
-    const double lt = std::max<double>(static_cast<double>(sum.routed_tokens), 1.0);
-    r.demand = static_cast<double>(sum.logical_demand) / lt;
-    r.prefetch = static_cast<double>(sum.logical_prefetch) / lt;
-  }
+  copy_figures(r, sum,
+               static_cast<double>(sum.physical ? sum.tokens : sum.routed_tokens), total_ms, e);
   return r;
 }
 
@@ -194,11 +216,19 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
           {"compute_ms_per_token", {{"attention", r.attention_ms}, {"moe", r.moe_ms}}},
           {"link_gb_per_s", r.link_gb_per_s}};
       if (r.sim_mean_ms > 0) j["sim_ms_per_token"] = r.sim_mean_ms;
-      if (r.tau > 0)
+      if (r.tau > 0) {
+        // Every copy figure of the round is per committed token; a verification block's copies
+        // and rollback's restores are kinds of their own.
+        j["copies_per_token"]["block"] = r.block_copies;
+        j["copies_per_token"]["restore"] = r.restore_copies;
+        j["copies_per_token"]["total"] = r.demand + r.prefetch + r.block_copies + r.restore_copies;
         j["speculative"] = {{"tau", r.tau},
+                            {"acceptance_per_depth", r.acceptance},
                             {"block_copies_per_token", r.block_copies},
+                            {"restore_copies_per_token", r.restore_copies},
                             {"draft_ms_per_token", r.draft_ms},
                             {"verify_ms_per_token", r.verify_ms}};
+      }
       if (!r.token_ms.empty()) j["token_ms"] = r.token_ms;
       rounds.push_back(std::move(j));
     }
@@ -254,14 +284,20 @@ std::string bench_table(std::span<const BenchResult> results) {
     }
     const double host = avg(b, &BenchRound::host_ms);
     const double mean = avg(b, &BenchRound::mean_ms);
+    // Speculative rows: their block and restore copies, and tokens per verification.
+    std::string extra;
+    if (avg(b, &BenchRound::tau) > 0)
+      extra = fmt::format(" + {:.2f} block + {:.2f} restore; tau {:.2f}",
+                          avg(b, &BenchRound::block_copies), avg(b, &BenchRound::restore_copies),
+                          avg(b, &BenchRound::tau));
     out += fmt::format(
-        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, {:.2f}) "
+        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, {:.2f}){} "
         "| "
         "{:.3f} | {:.4f} ({:.2f}%) |\n",
         b.config.name, mean, m.size() >= 2 ? mi.ci_low : mean, m.size() >= 2 ? mi.ci_high : mean,
         avg(b, &BenchRound::p50_ms), avg(b, &BenchRound::p99_ms), speedup,
         avg(b, &BenchRound::demand), avg(b, &BenchRound::prefetch), avg(b, &BenchRound::late),
-        avg(b, &BenchRound::unused), avg(b, &BenchRound::stall_ms), host,
+        avg(b, &BenchRound::unused), extra, avg(b, &BenchRound::stall_ms), host,
         mean > 0 ? 100.0 * host / mean : 0.0);
   }
   return out;

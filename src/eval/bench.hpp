@@ -67,7 +67,10 @@ struct BenchRound {
   // Speculative decoding: committed tokens per verification, the blocks' copies per committed
   // token, drafting and verification time per committed token (ms_per_token is per committed
   // token too).
-  double tau = 0, block_copies = 0, draft_ms = 0, verify_ms = 0;
+  // Copies and stalls above are per committed token as well; restore_copies: rollback's slots
+  // copied again (logical without a link); acceptance[d]: accepted / checked drafts at depth d+1.
+  double tau = 0, block_copies = 0, restore_copies = 0, draft_ms = 0, verify_ms = 0;
+  std::vector<double> acceptance;
 };
 
 struct BenchResult {

@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "common/error.hpp"
+#include "engine/speculative.hpp"
 #include "eval/perplexity.hpp"
 #include "eval/stats.hpp"
 
@@ -59,6 +61,11 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
   };
   std::vector<Acc> acc(configs.size());
   for (size_t c = 0; c < configs.size(); ++c) acc[c].start = configs[c]->cache_stats();
+  std::vector<std::unique_ptr<engine::SpeculativeDecoder>> spec(configs.size());
+  if (options.drafter != nullptr)
+    for (size_t c = 0; c < configs.size(); ++c)
+      spec[c] = std::make_unique<engine::SpeculativeDecoder>(*configs[c], *options.drafter,
+                                                             engine::SpecParams{.draft_k = options.draft_k});
   std::vector<float> ref(W * V), got(W * V);
   double exact_nll = 0;
   int64_t scored = 0;
@@ -72,8 +79,18 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
     for (size_t i = 0; i + 1 < n; ++i) exact_nll += token_nll({&ref[i * V], V}, window[i + 1]);
     scored += static_cast<int64_t>(n - 1);
     for (size_t c = 0; c < configs.size(); ++c) {
-      configs[c]->reset();
-      configs[c]->prefill(window, std::span<float>(got.data(), n * V));
+      if (spec[c]) {
+        // The window's first token is the prompt; every later position is committed by a
+        // verification block (row i of `got` predicts window[i + 1], as for prefill).
+        const std::span<const float> first = spec[c]->begin_forced(window.first(1), window[1]);
+        std::copy(first.begin(), first.end(), got.begin());
+        for (size_t pos = 1; pos + 1 < n;)
+          pos += static_cast<size_t>(spec[c]->step_forced(
+              window.subspan(pos + 1), std::span<float>(got.data() + pos * V, (n - pos) * V)));
+      } else {
+        configs[c]->reset();
+        configs[c]->prefill(window, std::span<float>(got.data(), n * V));
+      }
       double window_kl = 0;
       for (size_t i = 0; i + 1 < n; ++i) {
         const std::span<const float> p(&ref[i * V], V), q(&got[i * V], V);
@@ -107,8 +124,16 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
     const double picks =
         static_cast<double>(d.layer_steps) * static_cast<double>(e.router_spec().top_k);
     r.replaced_fraction = picks > 0 ? static_cast<double>(d.replaced) / picks : 0;
-    r.demand_per_token = routed > 0 ? static_cast<double>(d.logical_demand) / routed : 0;
-    r.prefetch_per_token = routed > 0 ? static_cast<double>(d.logical_prefetch) / routed : 0;
+    // Per token the configuration routed; under speculative decoding per committed token (the
+    // verification blocks route more positions than they commit).
+    const double per = spec[c] ? static_cast<double>(scored) : routed;
+    r.demand_per_token = per > 0 ? static_cast<double>(d.logical_demand) / per : 0;
+    r.prefetch_per_token = per > 0 ? static_cast<double>(d.logical_prefetch) / per : 0;
+    if (spec[c]) {
+      r.tau = spec[c]->stats().tau();
+      r.block_per_token = static_cast<double>(d.block_copies) / per;
+      r.restore_per_token = static_cast<double>(d.restore_copies) / per;
+    }
     rows.push_back(r);
   }
   return rows;
@@ -130,7 +155,11 @@ nlohmann::json kl_json(std::span<const KlRow> rows) {
          {"copies_per_token",
           {{"demand", r.demand_per_token},
            {"prefetch", r.prefetch_per_token},
-           {"total", r.demand_per_token + r.prefetch_per_token}}}});
+           {"block", r.block_per_token},
+           {"restore", r.restore_per_token},
+           {"total", r.demand_per_token + r.prefetch_per_token + r.block_per_token +
+                         r.restore_per_token}}}});
+    if (r.tau > 0) configs.back()["speculative"] = {{"tau", r.tau}};
   }
   return {{"schema", "steermoe.kl/1"}, {"configurations", configs}};
 }
@@ -142,9 +171,12 @@ std::string kl_table(std::span<const KlRow> rows) {
   for (const KlRow& r : rows) {
     out += fmt::format(
         "| {} | {} | {:.5f} [{:.5f}, {:.5f}] | {:.3f} | {:.3f} | {:.4f} | {:.2f}% | "
-        "{:.2f} + {:.2f} |\n",
+        "{:.2f} + {:.2f}{} |\n",
         r.policy, r.cache, r.kl_mean, r.kl_ci_low, r.kl_ci_high, r.perplexity, r.exact_perplexity,
-        r.top1_agreement, 100.0 * r.replaced_fraction, r.demand_per_token, r.prefetch_per_token);
+        r.top1_agreement, 100.0 * r.replaced_fraction, r.demand_per_token, r.prefetch_per_token,
+        r.tau > 0 ? fmt::format(" + {:.2f} block + {:.2f} restore; tau {:.2f}", r.block_per_token,
+                                r.restore_per_token, r.tau)
+                  : std::string());
   }
   return out;
 }

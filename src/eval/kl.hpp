@@ -18,6 +18,12 @@ namespace steermoe::eval {
 struct KlOptions {
   int window = 256;     // tokens per window (each a fresh sequence)
   int max_windows = 0;  // 0: all
+  // Speculative decoding (`kl --draft`): every configuration verifies this drafter's `draft_k`
+  // drafts under teacher forcing (engine/speculative.hpp, step_forced: the committed tokens are
+  // the window's; its verification rule is the configuration's --spec-select). Exact routing
+  // stays plain decoding, the reference.
+  engine::Engine* drafter = nullptr;
+  int draft_k = 4;
 };
 
 struct KlRow {
@@ -33,6 +39,11 @@ struct KlRow {
   double replaced_fraction = 0;  // of router top-K picks, over every routed token
   double demand_per_token = 0;   // logical copies per token
   double prefetch_per_token = 0;
+  // With a drafter (copies above per committed token too): tokens per verification, the
+  // verification blocks' copies and rollback's restores per committed token.
+  double tau = 0;
+  double block_per_token = 0;
+  double restore_per_token = 0;
 };
 
 // KL(p || q) for two logit rows, in double (softmax of each, vocabulary in index order).

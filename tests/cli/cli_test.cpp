@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../cli_runner.hpp"
+#include "common/json_input.hpp"
 
 namespace steermoe {
 namespace {
@@ -94,6 +95,42 @@ TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
   const auto refused = run_cli("run -m " + kSmall.string() + " -p x -n 4 --top-k 5 --draft " + drafter);
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_NE(refused.output.find("--top-k"), std::string::npos) << refused.output;
+}
+
+// `kl --draft`: teacher-forced speculative decoding. Under `rollback` the committed positions'
+// logits are plain PSR's, so the KL to exact routing is AR PSR's; under `exact` verification of
+// exact routing it is zero; the rows report tokens per verification and copies by kind.
+TEST(CliKl, DraftRollbackScoresLikePlainDecoding) {
+  const std::string drafter =
+      (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-drafter-small").string();
+  const fs::path dir = fs::temp_directory_path() / ("steermoe_cli_kl_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const std::string base = "kl -m " + kSmall.string() + " -f " +
+                           (fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "eval.txt").string() +
+                           " --window-len 64 --max-windows 3 --cache 24 ";
+  const auto kl = [&](const std::string& extra, const std::string& name) {
+    const fs::path json = dir / name;
+    const auto r = run_cli(base + extra + " --json " + json.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    return read_json_file(json.string(), "kl --json")["configurations"];
+  };
+  const nlohmann::json plain = kl("--policy psr:lambda=0.3,n=1", "plain.json");
+  const nlohmann::json rollback =
+      kl("--policy psr:lambda=0.3,n=1 --draft " + drafter + " --spec-select rollback", "rb.json");
+  ASSERT_EQ(plain.size(), 1u);
+  ASSERT_EQ(rollback.size(), 1u);
+  const double plain_kl = plain[0]["kl"]["mean"].get<double>();
+  EXPECT_GT(plain_kl, 0.01) << "PSR at 24 of 64 replaces experts";
+  EXPECT_NEAR(rollback[0]["kl"]["mean"].get<double>(), plain_kl, 1e-6 * (1 + plain_kl));
+  EXPECT_GT(rollback[0]["speculative"]["tau"].get<double>(), 1.0);
+  EXPECT_GT(rollback[0]["copies_per_token"]["restore"].get<double>(), 0.0);
+  EXPECT_FALSE(plain[0].contains("speculative"));
+  const nlohmann::json exact =
+      kl("--policy exact:evict=lru --draft " + drafter + " --spec-select exact --pool 24 "
+         "--union-slots 24", "exact.json");
+  EXPECT_LT(exact[0]["kl"]["mean"].get<double>(), 1e-6);
+  EXPECT_GT(exact[0]["copies_per_token"]["block"].get<double>(), 0.0);
+  fs::remove_all(dir);
 }
 
 // --- output paths --------------------------------------------------------------------------

@@ -83,6 +83,51 @@ TEST(BenchCli, JsonNamesTheMachineAndTheWarmUp) {
   for (const json& c : doc.at("configurations")) EXPECT_EQ(c.at("rounds").size(), 1u);
 }
 
+// `bench --generate --draft`: every figure per committed token, by kind. Rollback on a link that
+// moves experts reports the scheduler's copies and the restores it made; a block rule its block
+// copies; both tokens per verification and the acceptance at each depth.
+TEST(BenchCli, SpeculativeRowsReportCopiesPerCommittedTokenByKind) {
+  const fs::path prompts = temp("bench_spec_prompts.txt");
+  {
+    std::ofstream p(prompts);
+    p << "def read_config(path):\n    import os\n";
+  }
+  const std::string drafter = (kModel.parent_path() / "steer-drafter-small").string();
+  const auto bench = [&](const std::string& extra, const std::string& name) {
+    const fs::path out = temp(name);
+    const auto r = test_support::run_cli(
+        "bench -m " + kModel.string() + " --generate 32 --prompts " + prompts.string() +
+        " --cache 24 --rounds 1 --warmup 0 --no-floor --draft " + drafter +
+        " --draft-k 5 " + extra + " --json " + out.string());
+    EXPECT_EQ(r.status, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr(" restore; tau "));
+    return read_json(out).at("configurations").at(0).at("rounds").at(0);
+  };
+  const json rollback = bench(
+      "--policy psr:lambda=0.3,n=1 --spec-select rollback --link emulated:50,5", "spec_rb.json");
+  EXPECT_EQ(rollback.at("copies_source"), "scheduler");
+  const json& copies = rollback.at("copies_per_token");
+  EXPECT_GT(copies.at("prefetch").get<double>(), 0);
+  EXPECT_GT(copies.at("restore").get<double>(), 0);
+  EXPECT_NEAR(copies.at("total").get<double>(),
+              copies.at("demand").get<double>() + copies.at("prefetch").get<double>() +
+                  copies.at("block").get<double>() + copies.at("restore").get<double>(),
+              1e-9);
+  const json& spec = rollback.at("speculative");
+  EXPECT_GT(spec.at("tau").get<double>(), 1.0);
+  ASSERT_EQ(spec.at("acceptance_per_depth").size(), 5u);
+  for (const json& a : spec.at("acceptance_per_depth")) {
+    EXPECT_GE(a.get<double>(), 0.0);
+    EXPECT_LE(a.get<double>(), 1.0);
+  }
+  EXPECT_GT(spec.at("acceptance_per_depth").at(0).get<double>(), 0.0);
+  const json block = bench("--policy exact:evict=lru --spec-select block:conf --pool 24 "
+                           "--union-slots 24", "spec_block.json");
+  EXPECT_EQ(block.at("copies_source"), "logical");
+  EXPECT_GT(block.at("copies_per_token").at("block").get<double>(), 0);
+  EXPECT_EQ(block.at("copies_per_token").at("restore").get<double>(), 0);
+}
+
 TEST(BenchCli, ProfileWritesAProfileThatSimReads) {
   const fs::path out = temp("measured.json");
   const auto r = test_support::run_cli("profile -m " + kModel.string() + " -f " + kText.string() +

@@ -206,6 +206,50 @@ TEST_F(SpeculativePair, RollbackOnAnOffloadedLinkCopiesTheRestoredSlots) {
   EXPECT_LE(target.cache_stats().restore_copied, target.cache_stats().restore_copies);
 }
 
+// Teacher forcing (`kl --draft`): the committed tokens are the text's whatever the drafts, the
+// logits of every position come back once, and under `rollback` they are plain PSR's (the KL of
+// SD rollback is AR PSR's); drafts are accepted only where they equal the text.
+TEST_F(SpeculativePair, TeacherForcingCommitsTheTextWithPlainPsrLogitsUnderRollback) {
+  std::ifstream in(kHeldOut);
+  std::vector<int32_t> text;
+  for (std::string line; text.size() < 96 && std::getline(in, line);) {
+    const std::vector<int32_t> ids = tok_->encode(line + "\n", {.parse_special = false});
+    text.insert(text.end(), ids.begin(), ids.end());
+  }
+  text.resize(96);
+  const size_t V = static_cast<size_t>(target_->config().vocab);
+  const size_t n = text.size();
+  Engine ar(*target_, psr_params(*target_, ""));
+  std::vector<float> want(n * V);
+  ar.reset();
+  ar.prefill(text, want);
+  Engine drafter(*drafter_, params(*drafter_));
+  Engine target(*target_, psr_params(*target_, "rollback"));
+  SpeculativeDecoder sd(target, drafter, {.draft_k = 5});
+  std::vector<float> got(n * V, -1.0f);
+  const std::span<const float> first =
+      sd.begin_forced(std::span<const int32_t>(text.data(), 1), text[1]);
+  std::copy(first.begin(), first.end(), got.begin());
+  for (size_t pos = 1; pos + 1 < n;) {
+    const int committed = sd.step_forced(std::span<const int32_t>(text).subspan(pos + 1),
+                                         std::span<float>(got.data() + pos * V, (n - pos) * V));
+    ASSERT_GE(committed, 1);
+    pos += static_cast<size_t>(committed);
+    ASSERT_EQ(target.position(), static_cast<int>(pos)) << "the text's tokens were committed";
+  }
+  EXPECT_EQ(sd.stats().committed, static_cast<int64_t>(n - 2));
+  EXPECT_GT(sd.stats().tau(), 1.0) << "some drafts equal the text";
+  EXPECT_LT(sd.stats().accepted[0], sd.stats().reached[0]) << "and some do not";
+  // Rows of the last position stay unwritten (no token follows it); the others: prefill's,
+  // within the batched-vs-incremental tolerance (the blocks have other batch sizes).
+  float max_diff = 0;
+  for (size_t i = 0; i + 1 < n; ++i)
+    for (size_t v = 0; v < V; ++v)
+      max_diff = std::max(max_diff, std::abs(got[i * V + v] - want[i * V + v]));
+  EXPECT_LE(max_diff, 1e-4f);
+  EXPECT_GT(sd.stats().restore_copies, 0) << "rejected drafts were routed and taken back";
+}
+
 TEST_F(SpeculativePair, RollbackGivesTheLogitsOfTheShorterHistory) {
   Engine e(*target_, params(*target_));
   const std::vector<int32_t> ids = prompts(*tok_, 1).front();
