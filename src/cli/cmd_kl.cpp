@@ -32,6 +32,7 @@ void add_kl_command(CLI::App& root) {
     std::string json;
     EngineOptions engine;
     SpecOptions spec;
+    bool counterfactual = false;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -52,6 +53,10 @@ void add_kl_command(CLI::App& root) {
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
   // Teacher forced: the committed tokens are the text's, drafts accepted while they match it.
   add_speculative_options(cmd, o->spec);
+  cmd->add_flag("--counterfactual", o->counterfactual,
+                "With --draft and a block rule: verify each block also with the text's tokens at "
+                "the draft positions (from the same state, then undone) and report the share of "
+                "committed token-layers whose executed expert set the rejected drafts changed");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "kl");
@@ -83,6 +88,8 @@ void add_kl_command(CLI::App& root) {
         std::fprintf(stderr, "kl: %lld/%lld windows\n", static_cast<long long>(done),
                      static_cast<long long>(total));
     };
+    if (o->counterfactual && o->spec.draft.empty())
+      fail("kl", "--counterfactual", "expected --draft MODEL with a block rule (--spec-select)");
     Drafter drafter;
     if (!o->spec.draft.empty()) drafter = load_drafter(o->spec, o->threads, o->window_len);
     const std::vector<eval::KlRow> rows = eval::kl_divergence(
@@ -90,7 +97,8 @@ void add_kl_command(CLI::App& root) {
         {.window = o->window_len,
          .max_windows = o->max_windows,
          .drafter = drafter.engine.get(),
-         .draft_k = o->spec.draft_k},
+         .draft_k = o->spec.draft_k,
+         .counterfactual = o->counterfactual},
         progress);
     std::printf("%s", eval::kl_table(rows).c_str());
     if (!o->json.empty()) {

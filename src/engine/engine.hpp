@@ -105,6 +105,14 @@ class Engine : private schedule::LayerDriver {
   void verify(std::span<const int32_t> tokens, std::span<const float> alpha,
               std::span<float> all_logits);
   bool verifies_in_blocks() const { return cache_->config().block.has_value(); }
+  // A verification tried and undone (the counterfactual replay of `kl --draft`): the block
+  // rules' state and the routing counts saved, then put back; with rollback() for the positions.
+  void save_blocks(schedule::OffloadStep::BlockCheckpoint& out) const {
+    cache_->save_blocks(out);
+  }
+  void restore_blocks(const schedule::OffloadStep::BlockCheckpoint& in) {
+    cache_->restore_blocks(in);
+  }
 
   // --spec-select rollback (EngineParams::offload.rollback): the next `positions` positions'
   // routing may be taken back by rollback(), which then also puts the policy's logical caches

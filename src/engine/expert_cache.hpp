@@ -78,6 +78,11 @@ class ExpertCache {
   // --spec-select rollback (config().rollback): OffloadStep::mark_rollback and rollback.
   void mark_rollback(int positions) { step_->mark_rollback(positions); }
   void rollback(int kept) { step_->rollback(kept); }
+  // OffloadStep::save_blocks / restore_blocks.
+  void save_blocks(schedule::OffloadStep::BlockCheckpoint& out) const { step_->save_blocks(out); }
+  void restore_blocks(const schedule::OffloadStep::BlockCheckpoint& in) {
+    step_->restore_blocks(in);
+  }
 
   // The weights of `expert` of MoE layer `moe_layer` (model layer `layer`) in `slot`, once the
   // step has waited for that slot's copy.

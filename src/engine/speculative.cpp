@@ -155,7 +155,7 @@ std::span<const float> SpeculativeDecoder::begin_forced(std::span<const int32_t>
   return logits;
 }
 
-int SpeculativeDecoder::draft_and_verify(int max_drafts) {
+int SpeculativeDecoder::draft_and_verify(int max_drafts, std::span<const int32_t> truth) {
   const int n = target_.position();
   SM_ASSERT_MSG(drafter_.position() == n, "drafter and target out of step");
   const int room = std::min(target_.context(), drafter_.context()) - n - 1;
@@ -194,9 +194,31 @@ int SpeculativeDecoder::draft_and_verify(int max_drafts) {
   const auto t1 = Clock::now();
   const std::span<const int32_t> block(block_.data(), static_cast<size_t>(k) + 1);
   const std::span<float> logits(logits_.data(), (static_cast<size_t>(k) + 1) * V);
+  replayed_ = false;
+  if (target_.verifies_in_blocks() && counterfactual_ && !truth.empty()) {
+    // The same block with the text's tokens at the draft positions, from the same state (pools,
+    // counts, KV), then undone: only its executed sets are kept.
+    SM_ASSERT(truth.size() >= static_cast<size_t>(k));
+    const std::span<const float> alpha = position_weights(k);
+    truth_block_.assign(block.begin(), block.end());
+    std::copy_n(truth.begin(), k, truth_block_.begin() + 1);
+    truth_logits_.resize(logits.size());
+    target_.save_blocks(checkpoint_);
+    record_.clear();
+    target_.set_recorder(&record_);
+    target_.verify(truth_block_, alpha, truth_logits_);
+    target_.set_recorder(nullptr);
+    counterfactual_set_ = record_.selected;
+    target_.rollback(n);
+    target_.restore_blocks(checkpoint_);
+    record_.clear();
+    target_.set_recorder(&record_);
+    replayed_ = true;
+  }
   const CacheStats before = target_.cache_stats();
   if (target_.verifies_in_blocks()) {
     target_.verify(block, position_weights(k), logits);
+    if (replayed_) target_.set_recorder(nullptr);
   } else {
     if (target_.rolls_back_routing()) target_.mark_rollback(k + 1);
     target_.prefill(block, logits);
@@ -263,10 +285,30 @@ int SpeculativeDecoder::step(std::vector<int32_t>& out) {
   return a + 1;
 }
 
+void SpeculativeDecoder::count_replay(int accepted) {
+  // Rows [position][layer][K], each layer's executed experts ascending: a set differs when any
+  // entry does.
+  const auto row = static_cast<size_t>(record_.moe_layers) * static_cast<size_t>(record_.top_k);
+  const auto K = static_cast<size_t>(record_.top_k);
+  SM_ASSERT(record_.selected.size() == counterfactual_set_.size());
+  for (int t = 0; t <= accepted; ++t) {
+    for (int m = 0; m < record_.moe_layers; ++m) {
+      const size_t off = static_cast<size_t>(t) * row + static_cast<size_t>(m) * K;
+      stats_.replay_layers += 1;
+      stats_.replay_differs +=
+          std::equal(record_.selected.begin() + static_cast<ptrdiff_t>(off),
+                     record_.selected.begin() + static_cast<ptrdiff_t>(off + K),
+                     counterfactual_set_.begin() + static_cast<ptrdiff_t>(off))
+              ? 0
+              : 1;
+    }
+  }
+}
+
 int SpeculativeDecoder::step_forced(std::span<const int32_t> text, std::span<float> logits) {
   if (text.empty()) fail("speculative", "text", "expected at least one token to commit");
   const int n = target_.position();
-  const int k = draft_and_verify(static_cast<int>(text.size()) - 1);
+  const int k = draft_and_verify(static_cast<int>(text.size()) - 1, text);
   const auto V = static_cast<size_t>(target_.config().vocab);
   SM_ASSERT(logits.size() >= (static_cast<size_t>(k) + 1) * V);
   int a = 0;
@@ -276,6 +318,7 @@ int SpeculativeDecoder::step_forced(std::span<const int32_t> text, std::span<flo
     ++stats_.accepted[static_cast<size_t>(a)];
   }
   std::copy_n(logits_.begin(), (static_cast<size_t>(a) + 1) * V, logits.begin());
+  if (replayed_) count_replay(a);
   commit(n, k, a, text[static_cast<size_t>(a)], nullptr);
   return a + 1;
 }

@@ -39,6 +39,10 @@ struct SpecStats {
   int64_t verify_insertions = 0;     // logical insertions of verification through the policy
   int64_t restore_copies = 0;        // rollback: slots given back their expert after rejections
   double draft_s = 0, verify_s = 0;  // wall time drafting and verifying
+  // Teacher-forced block verification with set_counterfactual(true): committed (position, MoE
+  // layer) pairs, and those whose executed expert set differs from the one the same block
+  // executes when its rejected positions carry the text's tokens instead of the drafts.
+  int64_t replay_layers = 0, replay_differs = 0;
   // Committed tokens per verification (tau).
   double tau() const {
     return verifications > 0 ? static_cast<double>(committed) / verifications : 0.0;
@@ -78,13 +82,23 @@ class SpeculativeDecoder {
   std::span<const float> begin_forced(std::span<const int32_t> prompt, int32_t next);
   int step_forced(std::span<const int32_t> text, std::span<float> logits);
 
+  // With a block rule and teacher forcing: before each verification, the same block with the
+  // text's tokens at every draft position is verified from the same state and undone, and the
+  // executed sets of the committed positions are compared (the paper's section 7 replay: how
+  // often the rejected drafts change what committed tokens execute). Doubles verification.
+  void set_counterfactual(bool on) { counterfactual_ = on; }
+
   const SpecStats& stats() const { return stats_; }
   int draft_k() const { return params_.draft_k; }
 
  private:
   // Drafts up to min(draft_k, room, max_drafts) tokens after last_ and verifies them with last_
   // in one target call (block_, logits_); returns the number of drafts k.
-  int draft_and_verify(int max_drafts);
+  // `truth`: the text's tokens after last_ (teacher forcing; empty otherwise), for the
+  // counterfactual block.
+  int draft_and_verify(int max_drafts, std::span<const int32_t> truth = {});
+  // The counterfactual's comparison for committed positions 0..accepted.
+  void count_replay(int accepted);
   // Commits drafts 1..accepted and `next` (appended to *out when given), rolls both engines back
   // to the committed history and counts the verification.
   void commit(int n, int k, int accepted, int32_t next, std::vector<int32_t>* out);
@@ -105,6 +119,14 @@ class SpeculativeDecoder {
   std::vector<float> alpha_;        // [k+1] position weights of the block
   std::vector<float> confidence_;   // [k] drafter's probability of each draft
   SpecStats stats_;
+  // Counterfactual replay (set_counterfactual).
+  bool counterfactual_ = false;
+  bool replayed_ = false;                   // the last verification has a counterfactual
+  schedule::OffloadStep::BlockCheckpoint checkpoint_;
+  RoutingRecord record_;                    // executed sets of a verification
+  std::vector<int32_t> counterfactual_set_;  // [k+1][L][K] of the counterfactual block
+  std::vector<int32_t> truth_block_;         // [k+1] last_ then the text's tokens
+  std::vector<float> truth_logits_;          // [k+1][V]
 };
 
 }  // namespace steermoe::engine

@@ -62,10 +62,19 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
   std::vector<Acc> acc(configs.size());
   for (size_t c = 0; c < configs.size(); ++c) acc[c].start = configs[c]->cache_stats();
   std::vector<std::unique_ptr<engine::SpeculativeDecoder>> spec(configs.size());
-  if (options.drafter != nullptr)
-    for (size_t c = 0; c < configs.size(); ++c)
-      spec[c] = std::make_unique<engine::SpeculativeDecoder>(*configs[c], *options.drafter,
-                                                             engine::SpecParams{.draft_k = options.draft_k});
+  if (options.drafter != nullptr) {
+    for (size_t c = 0; c < configs.size(); ++c) {
+      spec[c] = std::make_unique<engine::SpeculativeDecoder>(
+          *configs[c], *options.drafter, engine::SpecParams{.draft_k = options.draft_k});
+      if (options.counterfactual) {
+        if (!configs[c]->verifies_in_blocks())
+          fail("kl", "--counterfactual",
+               "expected a block rule (--spec-select exact, block or block:conf), found {}",
+               configs[c]->rolls_back_routing() ? "rollback" : "policy");
+        spec[c]->set_counterfactual(true);
+      }
+    }
+  }
   std::vector<float> ref(W * V), got(W * V);
   double exact_nll = 0;
   int64_t scored = 0;
@@ -133,6 +142,11 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
       r.tau = spec[c]->stats().tau();
       r.block_per_token = static_cast<double>(d.block_copies) / per;
       r.restore_per_token = static_cast<double>(d.restore_copies) / per;
+      const engine::SpecStats& st = spec[c]->stats();
+      r.replay_layers = st.replay_layers;
+      r.replay_differs = st.replay_layers > 0 ? static_cast<double>(st.replay_differs) /
+                                                    static_cast<double>(st.replay_layers)
+                                              : 0.0;
     }
     rows.push_back(r);
   }
@@ -160,6 +174,10 @@ nlohmann::json kl_json(std::span<const KlRow> rows) {
            {"total", r.demand_per_token + r.prefetch_per_token + r.block_per_token +
                          r.restore_per_token}}}});
     if (r.tau > 0) configs.back()["speculative"] = {{"tau", r.tau}};
+    if (r.replay_layers > 0)
+      configs.back()["speculative"]["counterfactual"] = {
+          {"committed_token_layers", r.replay_layers},
+          {"differing_share", r.replay_differs}};
   }
   return {{"schema", "steermoe.kl/1"}, {"configurations", configs}};
 }
@@ -174,8 +192,13 @@ std::string kl_table(std::span<const KlRow> rows) {
         "{:.2f} + {:.2f}{} |\n",
         r.policy, r.cache, r.kl_mean, r.kl_ci_low, r.kl_ci_high, r.perplexity, r.exact_perplexity,
         r.top1_agreement, 100.0 * r.replaced_fraction, r.demand_per_token, r.prefetch_per_token,
-        r.tau > 0 ? fmt::format(" + {:.2f} block + {:.2f} restore; tau {:.2f}", r.block_per_token,
-                                r.restore_per_token, r.tau)
+        r.tau > 0 ? fmt::format(" + {:.2f} block + {:.2f} restore; tau {:.2f}{}", r.block_per_token,
+                                r.restore_per_token, r.tau,
+                                r.replay_layers > 0
+                                    ? fmt::format("; wrong drafts change {:.1f}% of committed "
+                                                  "token-layers' sets",
+                                                  100.0 * r.replay_differs)
+                                    : std::string())
                   : std::string());
   }
   return out;

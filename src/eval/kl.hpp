@@ -24,6 +24,9 @@ struct KlOptions {
   // stays plain decoding, the reference.
   engine::Engine* drafter = nullptr;
   int draft_k = 4;
+  // With a drafter and a block rule: SpeculativeDecoder::set_counterfactual (the share of
+  // committed token-layers whose executed set the rejected drafts changed).
+  bool counterfactual = false;
 };
 
 struct KlRow {
@@ -44,6 +47,10 @@ struct KlRow {
   double tau = 0;
   double block_per_token = 0;
   double restore_per_token = 0;
+  // With KlOptions::counterfactual: committed (token, MoE layer) pairs compared, and the share
+  // whose executed expert set differs when rejected positions carry the text's tokens.
+  int64_t replay_layers = 0;
+  double replay_differs = 0;
 };
 
 // KL(p || q) for two logit rows, in double (softmax of each, vocabulary in index order).

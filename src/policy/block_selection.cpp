@@ -81,6 +81,19 @@ bool BlockSelector::in_pool(int layer, int expert) const {
   return pool_[static_cast<size_t>(layer) * spec_.experts + expert] != 0;
 }
 
+void BlockSelector::save(State& out) const {
+  out.block = block_;
+  out.stamp = stamp_;
+  out.pool = pool_;
+}
+
+void BlockSelector::load(const State& in) {
+  SM_ASSERT(in.stamp.size() == stamp_.size() && in.pool.size() == pool_.size());
+  block_ = in.block;
+  stamp_ = in.stamp;
+  pool_ = in.pool;
+}
+
 void BlockSelector::refill_pool(int layer) {
   const int E = spec_.experts;
   const int64_t* stamp = &stamp_[static_cast<size_t>(layer) * E];

@@ -66,6 +66,16 @@ class BlockSelector {
   bool in_pool(int layer, int expert) const;
   const BlockParams& params() const { return params_; }
 
+  // The selection state between blocks (pools, recency): saved and loaded so that a block can be
+  // tried and taken back (the counterfactual replay of `kl --draft`).
+  struct State {
+    int64_t block = 0;
+    std::vector<int64_t> stamp;
+    std::vector<uint8_t> pool;
+  };
+  void save(State& out) const;
+  void load(const State& in);
+
  private:
   void choose_set(int n, std::span<const float> z, std::span<const float> alpha);
   void route_position(int layer, int d, std::span<const float> z, std::span<const float> ws,

@@ -170,6 +170,18 @@ void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const flo
   counts_.block_positions += n;
 }
 
+void OffloadStep::save_blocks(BlockCheckpoint& out) const {
+  SM_ASSERT_MSG(selector_ != nullptr && !scheduler_, "block checkpoints are logical only");
+  selector_->save(out.selector);
+  out.counts = counts_;
+}
+
+void OffloadStep::restore_blocks(const BlockCheckpoint& in) {
+  SM_ASSERT_MSG(selector_ != nullptr && !scheduler_, "block checkpoints are logical only");
+  selector_->load(in.selector);
+  counts_ = in.counts;
+}
+
 void OffloadStep::begin_token(int32_t token) {
   router_.begin_token(token);
   if (!scheduler_) return;

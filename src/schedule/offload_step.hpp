@@ -145,6 +145,14 @@ class OffloadStep {
   // enable_blocks) with position weights `alpha` (alpha[0] = 1). Logical only.
   void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
                  LayerDriver& driver);
+  // The block rules' state and the logical counts, saved and put back: a verification block
+  // tried and undone leaves no trace (`kl --draft`'s counterfactual replay). Logical only.
+  struct BlockCheckpoint {
+    policy::BlockSelector::State selector;
+    LogicalCounts counts;
+  };
+  void save_blocks(BlockCheckpoint& out) const;
+  void restore_blocks(const BlockCheckpoint& in);
 
   // Speculative decoding's rollback (--spec-select rollback): the next `positions` steps may be
   // taken back; rollback(kept) keeps the first `kept` of them, every layer's logical cache as if

@@ -250,6 +250,59 @@ TEST_F(SpeculativePair, TeacherForcingCommitsTheTextWithPlainPsrLogitsUnderRollb
   EXPECT_GT(sd.stats().restore_copies, 0) << "rejected drafts were routed and taken back";
 }
 
+// Teacher-forced speculative decoding of `text` (begin_forced + step_forced); returns every
+// position's logits (row i predicts text[i + 1]).
+std::vector<float> forced_logits(SpeculativeDecoder& sd, const std::vector<int32_t>& text,
+                                 size_t vocab) {
+  const size_t n = text.size();
+  std::vector<float> got(n * vocab, 0.0f);
+  const std::span<const float> first =
+      sd.begin_forced(std::span<const int32_t>(text.data(), 1), text[1]);
+  std::copy(first.begin(), first.end(), got.begin());
+  for (size_t pos = 1; pos + 1 < n;)
+    pos += static_cast<size_t>(
+        sd.step_forced(std::span<const int32_t>(text).subspan(pos + 1),
+                       std::span<float>(got.data() + pos * vocab, (n - pos) * vocab)));
+  return got;
+}
+
+// The section-7 replay: each block is verified a second time with the text's tokens at the draft
+// positions, from the same state, and undone. Exact verification routes every position by its
+// own router, so wrong drafts change nothing; AcceptMoE's shared set does depend on them; and the
+// replay leaves no trace (the same logits and copies as without it).
+TEST_F(SpeculativePair, CounterfactualReplayComparesSetsAndLeavesNoTrace) {
+  std::ifstream in(kHeldOut);
+  std::vector<int32_t> text;
+  for (std::string line; text.size() < 400 && std::getline(in, line);) {
+    const std::vector<int32_t> ids = tok_->encode(line + "\n", {.parse_special = false});
+    text.insert(text.end(), ids.begin(), ids.end());
+  }
+  text.resize(120);
+  const size_t V = static_cast<size_t>(target_->config().vocab);
+  Engine drafter(*drafter_, params(*drafter_));
+  for (const char* rule : {"exact", "block"}) {
+    SCOPED_TRACE(rule);
+    Engine plain_target(*target_, block_params(*target_, rule));
+    SpeculativeDecoder plain(plain_target, drafter, {.draft_k = 5});
+    const std::vector<float> want = forced_logits(plain, text, V);
+    Engine target(*target_, block_params(*target_, rule));
+    SpeculativeDecoder sd(target, drafter, {.draft_k = 5});
+    sd.set_counterfactual(true);
+    const std::vector<float> got = forced_logits(sd, text, V);
+    EXPECT_EQ(got, want) << "the replay changed the verification";
+    EXPECT_EQ(target.cache_stats().block_copies, plain_target.cache_stats().block_copies);
+    EXPECT_EQ(sd.stats().replay_layers,
+              static_cast<int64_t>(text.size() - 2) * target_->config().moe_layer_count());
+    EXPECT_EQ(plain.stats().replay_layers, 0);
+    if (std::string(rule) == "exact") {
+      EXPECT_EQ(sd.stats().replay_differs, 0);
+    } else {
+      EXPECT_GT(sd.stats().replay_differs, 0) << "rejected drafts shape the shared set";
+      EXPECT_LT(sd.stats().replay_differs, sd.stats().replay_layers);
+    }
+  }
+}
+
 TEST_F(SpeculativePair, RollbackGivesTheLogitsOfTheShorterHistory) {
   Engine e(*target_, params(*target_));
   const std::vector<int32_t> ids = prompts(*tok_, 1).front();
