@@ -227,10 +227,14 @@ void run_bench_cli(const BenchCli& o) {
   apply_speculative(o.spec, request);
   Drafter drafter;
   if (!o.spec.draft.empty()) {
-    if (o.generate == 0)
-      fail("bench", "--draft",
-           "expected --generate N --prompts FILE (speculative decoding generates)");
-    drafter = load_drafter(o.spec, o.threads, context);
+    // With --generate the drafter's own drafts are verified; over text windows or a trace,
+    // teacher forced (drafts accepted while they equal the text; a synthetic drafter may stand
+    // in for a model there).
+    drafter = load_drafter(o.spec, o.threads, context, /*teacher_forced=*/o.generate == 0);
+    if (!o.predict.empty())
+      fail("bench", "--predict",
+           "expected no --draft: the simulator replays plain decoding's routing (one position "
+           "per token), not verification blocks");
   }
   if (supplied) {
     // The trace model's calibration (--calib only), its layers mapped like the trace's.
@@ -250,8 +254,10 @@ void run_bench_cli(const BenchCli& o) {
     check_fits(budget, *model, offloads.back(), context);
     const int cache = offloads.back().cache_slots;
     const std::string drafting =
-        o.spec.draft.empty() ? std::string()
-                             : fmt::format(" + draft k={} {}", o.spec.draft_k, o.spec.select);
+        o.spec.draft.empty()
+            ? std::string()
+            : fmt::format(" + draft{} k={} {}", drafter.synthetic ? " " + o.spec.draft : "",
+                          o.spec.draft_k, o.spec.select);
     configs.push_back({.name = fmt::format("{}@{} {}{}", p, cache, o.engine.link, drafting),
                        .policy = p,
                        .cache = cache,
@@ -310,6 +316,7 @@ void run_bench_cli(const BenchCli& o) {
                            },
                        .record_routing = !o.predict.empty(),
                        .drafter = drafter.engine.get(),
+                       .synthetic = drafter.synthetic,
                        .draft_k = o.spec.draft_k},
                       progress);
   std::vector<double> predicted;

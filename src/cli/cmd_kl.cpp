@@ -91,12 +91,14 @@ void add_kl_command(CLI::App& root) {
     if (o->counterfactual && o->spec.draft.empty())
       fail("kl", "--counterfactual", "expected --draft MODEL with a block rule (--spec-select)");
     Drafter drafter;
-    if (!o->spec.draft.empty()) drafter = load_drafter(o->spec, o->threads, o->window_len);
+    if (!o->spec.draft.empty())
+      drafter = load_drafter(o->spec, o->threads, o->window_len, /*teacher_forced=*/true);
     const std::vector<eval::KlRow> rows = eval::kl_divergence(
         exact, pointers, cfg.vocab, ids,
         {.window = o->window_len,
          .max_windows = o->max_windows,
          .drafter = drafter.engine.get(),
+         .synthetic = drafter.synthetic,
          .draft_k = o->spec.draft_k,
          .counterfactual = o->counterfactual},
         progress);

@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
+#include <stdexcept>
+#include <string_view>
+
 #include "common/error.hpp"
 
 namespace steermoe::cli {
@@ -9,7 +13,10 @@ namespace steermoe::cli {
 void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
   cmd->add_option("--draft", o.draft,
                   "Speculative decoding: a drafter model sharing the target's vocabulary (e.g. "
-                  "models/steer-drafter-small for models/steer-olmoe-small)");
+                  "models/steer-drafter-small for models/steer-olmoe-small); bench and kl also "
+                  "take synthetic:A[,MS] (teacher forced: the text's next token proposed with "
+                  "probability A, else another, MS ms of busy drafting per draft; for --scores-from "
+                  "traces at shapes whose random weights cannot draft)");
   cmd->add_option("--draft-k", o.draft_k, "Drafts per verification")
       ->check(CLI::Range(1, 63))
       ->capture_default_str();
@@ -40,8 +47,43 @@ void apply_speculative(const SpecOptions& o, schedule::OffloadRequest& request) 
   request.union_slots = o.union_slots;
 }
 
-Drafter load_drafter(const SpecOptions& o, int threads, int context) {
+std::optional<engine::SyntheticDraft> parse_synthetic_draft(const std::string& text) {
+  constexpr std::string_view kPrefix = "synthetic:";
+  if (text.rfind(kPrefix, 0) != 0) return std::nullopt;
+  const std::string rest = text.substr(kPrefix.size());
+  const size_t comma = rest.find(',');
+  const auto number = [&](const std::string& field, const char* what) {
+    size_t used = 0;
+    double v = 0;
+    try {
+      v = std::stod(field, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (field.empty() || used != field.size() || !std::isfinite(v))
+      fail("--draft", text, "expected synthetic:A[,MS] with {} a number, found '{}'", what, field);
+    return v;
+  };
+  engine::SyntheticDraft d;
+  d.acceptance = number(rest.substr(0, comma), "the acceptance A in [0, 1]");
+  if (comma != std::string::npos)
+    d.ms_per_token = number(rest.substr(comma + 1), "the drafting cost MS (ms per draft)");
+  if (d.acceptance < 0 || d.acceptance > 1)
+    fail("--draft", text, "expected an acceptance A in [0, 1], found {}", d.acceptance);
+  if (d.ms_per_token < 0)
+    fail("--draft", text, "expected a drafting cost MS >= 0 ms per draft, found {}",
+         d.ms_per_token);
+  return d;
+}
+
+Drafter load_drafter(const SpecOptions& o, int threads, int context, bool teacher_forced) {
   Drafter d;
+  d.synthetic = parse_synthetic_draft(o.draft);
+  if (d.synthetic && !teacher_forced)
+    fail("--draft", o.draft,
+         "expected a drafter model here: synthetic drafts follow a text (bench -f FILE or "
+         "--scores-from TRACE without --generate, and kl)");
+  if (d.synthetic) return d;
   d.model = model::Model::load(o.draft);
   engine::EngineParams p{.threads = threads, .context = context};
   p.offload = engine::resolve_offload(*d.model, schedule::OffloadRequest{});

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "cli/engine_options.hpp"
@@ -28,11 +29,22 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& options);
 void apply_speculative(const SpecOptions& options, schedule::OffloadRequest& request);
 
 // The drafter: its model and a resident, exact-routing engine with `threads` and `context`.
+// With --draft synthetic:A[,MS] (a drafter without a model: engine::SyntheticDraft) only
+// `synthetic` is set.
 struct Drafter {
   std::unique_ptr<model::Model> model;
   std::unique_ptr<engine::Engine> engine;
+  std::optional<engine::SyntheticDraft> synthetic;
+  bool any() const { return engine != nullptr || synthetic.has_value(); }
 };
-Drafter load_drafter(const SpecOptions& options, int threads, int context);
+// `teacher_forced`: the command follows a text (bench without --generate, kl), where a synthetic
+// drafter may stand in for a model; elsewhere synthetic:... is an error naming --draft.
+Drafter load_drafter(const SpecOptions& options, int threads, int context,
+                     bool teacher_forced = false);
+
+// "synthetic:A[,MS]" -> its draft (nullopt for any other text); Error naming --draft for a
+// malformed one.
+std::optional<engine::SyntheticDraft> parse_synthetic_draft(const std::string& text);
 
 // "tau 2.41 tokens/verification; accepted by depth 0.71 0.52 ...; block copies 3.1/token;
 // draft 1.2 ms/token, verify 4.0 ms/token".

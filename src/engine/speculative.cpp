@@ -65,24 +65,46 @@ int32_t sample_residual(std::span<const float> p, std::span<const float> q, doub
 }
 
 SpeculativeDecoder::SpeculativeDecoder(Engine& target, Engine& drafter, const SpecParams& params)
-    : target_(target), drafter_(drafter), params_(params), rng_(params.seed) {
-  if (params.draft_k < 1 || params.draft_k > 64)
-    fail("speculative", "--draft-k", "expected 1..64, found {}", params.draft_k);
-  if (!(params.temperature >= 0))
-    fail("speculative", "--temp", "expected >= 0, found {}", params.temperature);
+    : target_(target), drafter_(&drafter), params_(params), rng_(params.seed) {
   const model::ModelConfig& t = target.config();
   const model::ModelConfig& d = drafter.config();
   if (t.vocab != d.vocab)
     fail(d.source, "vocab",
          "expected the target's vocabulary of {} tokens ({}) for a drafter, found {}", t.vocab,
          t.source, d.vocab);
-  for (const model::ModelConfig* c : {&t, &d})
-    if (c->linear_layer_count() > 0)
-      fail(c->source, "speculative decoding",
-           "expected a model without recurrent (Gated DeltaNet) layers: rejected drafts must be "
-           "rolled back");
+  if (d.linear_layer_count() > 0)
+    fail(d.source, "speculative decoding",
+         "expected a model without recurrent (Gated DeltaNet) layers: rejected drafts must be "
+         "rolled back");
+  size_buffers();
+}
+
+SpeculativeDecoder::SpeculativeDecoder(Engine& target, const SyntheticDraft& synthetic,
+                                       const SpecParams& params)
+    : target_(target), synthetic_(synthetic), params_(params), rng_(params.seed) {
+  if (!(synthetic.acceptance >= 0 && synthetic.acceptance <= 1))
+    fail("speculative", "--draft synthetic:A", "expected an acceptance A in [0, 1], found {}",
+         synthetic.acceptance);
+  if (!(synthetic.ms_per_token >= 0))
+    fail("speculative", "--draft synthetic:A,MS", "expected a drafting cost MS >= 0, found {}",
+         synthetic.ms_per_token);
+  if (target.config().vocab < 2)
+    fail(target.config().source, "vocab", "expected at least 2 tokens for synthetic drafts");
+  size_buffers();
+}
+
+void SpeculativeDecoder::size_buffers() {
+  if (params_.draft_k < 1 || params_.draft_k > 64)
+    fail("speculative", "--draft-k", "expected 1..64, found {}", params_.draft_k);
+  if (!(params_.temperature >= 0))
+    fail("speculative", "--temp", "expected >= 0, found {}", params_.temperature);
+  const model::ModelConfig& t = target_.config();
+  if (t.linear_layer_count() > 0)
+    fail(t.source, "speculative decoding",
+         "expected a model without recurrent (Gated DeltaNet) layers: rejected drafts must be "
+         "rolled back");
   const auto V = static_cast<size_t>(t.vocab);
-  const auto k = static_cast<size_t>(params.draft_k);
+  const auto k = static_cast<size_t>(params_.draft_k);
   block_.resize(k + 1);
   logits_.resize((k + 1) * V);
   draft_probs_.resize(k * V);
@@ -136,11 +158,15 @@ int32_t SpeculativeDecoder::pick(std::span<const float> logits) {
 
 int32_t SpeculativeDecoder::begin(std::span<const int32_t> prompt) {
   if (prompt.empty()) fail("speculative", "prompt", "expected at least one token");
+  if (drafter_ == nullptr)
+    fail("speculative", "--draft synthetic",
+         "a synthetic drafter follows a text: teacher forcing only (bench -f FILE or "
+         "--scores-from TRACE, not --generate)");
   target_.reset();
-  drafter_.reset();
+  drafter_->reset();
   const std::span<const float> logits = target_.prefill(prompt);
   last_ = pick(logits);
-  drafter_.prefill(prompt);  // its next input is last_, like the target's
+  drafter_->prefill(prompt);  // its next input is last_, like the target's
   return last_;
 }
 
@@ -148,17 +174,20 @@ std::span<const float> SpeculativeDecoder::begin_forced(std::span<const int32_t>
                                                         int32_t next) {
   if (prompt.empty()) fail("speculative", "prompt", "expected at least one token");
   target_.reset();
-  drafter_.reset();
+  if (drafter_ != nullptr) drafter_->reset();
   const std::span<const float> logits = target_.prefill(prompt);
   last_ = next;
-  drafter_.prefill(prompt);
+  if (drafter_ != nullptr) drafter_->prefill(prompt);
   return logits;
 }
 
 int SpeculativeDecoder::draft_and_verify(int max_drafts, std::span<const int32_t> truth) {
   const int n = target_.position();
-  SM_ASSERT_MSG(drafter_.position() == n, "drafter and target out of step");
-  const int room = std::min(target_.context(), drafter_.context()) - n - 1;
+  SM_ASSERT_MSG(drafter_ == nullptr || drafter_->position() == n,
+                "drafter and target out of step");
+  const int room =
+      (drafter_ != nullptr ? std::min(target_.context(), drafter_->context()) : target_.context()) -
+      n - 1;
   if (room < 0) fail("speculative", "context", "the context of {} positions is full", n);
   const int k = std::min({params_.draft_k, room, max_drafts});
   const auto V = static_cast<size_t>(target_.config().vocab);
@@ -168,8 +197,27 @@ int SpeculativeDecoder::draft_and_verify(int max_drafts, std::span<const int32_t
   // Draft k tokens (the drafter feeds last_, d1 .. d(k-1)).
   const auto t0 = Clock::now();
   block_[0] = last_;
-  for (int i = 0; i < k; ++i) {
-    const std::span<const float> dl = drafter_.decode(block_[static_cast<size_t>(i)]);
+  if (synthetic_) {
+    // The text's token with probability `acceptance`, else another one; then the drafting cost.
+    SM_ASSERT_MSG(truth.size() >= static_cast<size_t>(k), "synthetic drafts follow a text");
+    const auto others = static_cast<uint64_t>(target_.config().vocab) - 1;
+    for (int i = 0; i < k; ++i) {
+      const int32_t right = truth[static_cast<size_t>(i)];
+      int32_t d = right;
+      if (!(uniform(rng_) < synthetic_->acceptance))
+        d = static_cast<int32_t>((static_cast<uint64_t>(right) + 1 + rng_() % others) %
+                                 (others + 1));
+      block_[static_cast<size_t>(i) + 1] = d;
+      confidence_[static_cast<size_t>(i)] = static_cast<float>(synthetic_->acceptance);
+    }
+    const auto until = t0 + std::chrono::duration_cast<Clock::duration>(
+                                std::chrono::duration<double, std::milli>(
+                                    synthetic_->ms_per_token * static_cast<double>(k)));
+    while (Clock::now() < until) {
+    }
+  }
+  for (int i = 0; i < k && !synthetic_; ++i) {
+    const std::span<const float> dl = drafter_->decode(block_[static_cast<size_t>(i)]);
     int32_t d = 0;
     if (greedy) {
       d = argmax(dl);
@@ -241,9 +289,9 @@ void SpeculativeDecoder::commit(int n, int k, int accepted, int32_t next,
   target_.rollback(n + accepted + 1);
   stats_.restore_copies += target_.cache_stats().restore_copies - restored;
   if (accepted < k) {
-    drafter_.rollback(n + accepted + 1);
-  } else {
-    drafter_.decode(block_[static_cast<size_t>(k)]);  // its last draft, never fed
+    if (drafter_ != nullptr) drafter_->rollback(n + accepted + 1);
+  } else if (drafter_ != nullptr) {
+    drafter_->decode(block_[static_cast<size_t>(k)]);  // its last draft, never fed
   }
   last_ = next;
   ++stats_.verifications;
@@ -251,6 +299,8 @@ void SpeculativeDecoder::commit(int n, int k, int accepted, int32_t next,
 }
 
 int SpeculativeDecoder::step(std::vector<int32_t>& out) {
+  if (drafter_ == nullptr)
+    fail("speculative", "--draft synthetic", "a synthetic drafter follows a text: step_forced only");
   const int n = target_.position();
   const int k = draft_and_verify(params_.draft_k);
   const auto V = static_cast<size_t>(target_.config().vocab);

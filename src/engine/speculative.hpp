@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <span>
 #include <vector>
@@ -26,6 +27,16 @@ struct SpecParams {
   int draft_k = 4;           // drafts per verification (>= 1)
   float temperature = 0.0f;  // 0: greedy verification; > 0: speculative sampling
   uint64_t seed = 0;
+};
+
+// A drafter without a model, for teacher-forced runs at shapes whose random weights cannot draft
+// (`bench --scores-from TRACE --draft synthetic:A[,MS]`): at every depth it proposes the text's
+// token with probability `acceptance`, else another token drawn uniformly, reports `acceptance`
+// as its confidence, and spends `ms_per_token` of wall time (busy, as a drafter computing on a
+// core would) per draft. Its draws come from the decoder's seeded generator: deterministic.
+struct SyntheticDraft {
+  double acceptance = 0.7;
+  double ms_per_token = 0;
 };
 
 // Counts over a run (per committed token: divide by committed).
@@ -62,6 +73,8 @@ class SpeculativeDecoder {
   // Both engines must share the vocabulary and outlive this. Throws steermoe::Error naming both
   // models when the vocabularies differ, and for models whose state cannot be rewound.
   SpeculativeDecoder(Engine& target, Engine& drafter, const SpecParams& params);
+  // With a synthetic drafter: teacher forcing only (begin_forced / step_forced).
+  SpeculativeDecoder(Engine& target, const SyntheticDraft& synthetic, const SpecParams& params);
 
   // A new sequence: both engines reset and take `prompt` (>= 1 token); returns the first
   // committed token (the target's, from the prompt's last logits).
@@ -104,11 +117,13 @@ class SpeculativeDecoder {
   void commit(int n, int k, int accepted, int32_t next, std::vector<int32_t>* out);
   // The tokens the target has not seen yet: the last committed one (its next input).
   int32_t pick(std::span<const float> logits);
+  void size_buffers();
   void probabilities(std::span<const float> logits, std::vector<float>& out) const;
   std::span<const float> position_weights(int k);
 
   Engine& target_;
-  Engine& drafter_;
+  Engine* drafter_ = nullptr;                // null with a synthetic drafter
+  std::optional<SyntheticDraft> synthetic_;
   SpecParams params_;
   std::mt19937_64 rng_;
   int32_t last_ = 0;                // last committed token, not yet fed to the target

@@ -55,29 +55,53 @@ void copy_figures(BenchRound& r, const engine::CacheStats& sum, double per_token
   }
 }
 
-// Speculative decoding of every prompt: per-token latency is each verification's time (drafting
-// included) spread over the tokens it committed; copies, stalls and link time are per committed
-// token (the prompt's copies stay out, as for plain decoding).
+// Speculative decoding of every prompt (with generate) or teacher forced over every window
+// (its first token the prompt, drafts accepted while they equal the text): per-token latency is
+// each verification's time (drafting included) spread over the tokens it committed; copies,
+// stalls and link time are per committed token (the prompt's copies stay out, as for plain
+// decoding).
 BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<int32_t>> prompts,
                                  const BenchOptions& options, int round) {
   using Clock = std::chrono::steady_clock;
   BenchRound r;
   r.round = round;
   std::vector<double> ms;
-  engine::SpeculativeDecoder sd(e, *options.drafter, {.draft_k = options.draft_k});
+  const engine::SpecParams params{.draft_k = options.draft_k};
+  const std::unique_ptr<engine::SpeculativeDecoder> decoder =
+      options.synthetic
+          ? std::make_unique<engine::SpeculativeDecoder>(e, *options.synthetic, params)
+          : std::make_unique<engine::SpeculativeDecoder>(e, *options.drafter, params);
+  engine::SpeculativeDecoder& sd = *decoder;
   engine::CacheStats sum;
   std::vector<int32_t> out;
+  std::vector<float> logits;  // teacher forcing: the verified rows (unused here)
+  if (options.generate == 0)
+    logits.resize(static_cast<size_t>(options.draft_k + 1) *
+                  static_cast<size_t>(e.config().vocab));
+  const auto time_step = [&](auto&& step) {
+    const auto t0 = Clock::now();
+    const int committed = step();
+    const double each =
+        std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / committed;
+    for (int i = 0; i < committed; ++i) ms.push_back(each);
+    return committed;
+  };
   for (size_t index = 0; index < prompts.size(); ++index) {
+    const std::span<const int32_t> seq = prompts[index];
+    if (options.generate == 0 && seq.size() < 3) continue;  // nothing to verify
     if (options.before_sequence) options.before_sequence(index);
-    out.clear();
-    out.push_back(sd.begin(prompts[index]));
-    const engine::CacheStats before = e.cache_stats();
-    while (static_cast<int>(out.size()) < options.generate) {
-      const auto t0 = Clock::now();
-      const int committed = sd.step(out);
-      const double each =
-          std::chrono::duration<double, std::milli>(Clock::now() - t0).count() / committed;
-      for (int i = 0; i < committed; ++i) ms.push_back(each);
+    engine::CacheStats before;
+    if (options.generate > 0) {
+      out.clear();
+      out.push_back(sd.begin(seq));
+      before = e.cache_stats();
+      while (static_cast<int>(out.size()) < options.generate) time_step([&] { return sd.step(out); });
+    } else {
+      sd.begin_forced(seq.first(1), seq[1]);
+      before = e.cache_stats();
+      for (size_t pos = 1; pos + 1 < seq.size();)
+        pos += static_cast<size_t>(
+            time_step([&] { return sd.step_forced(seq.subspan(pos + 1), logits); }));
     }
     sum += e.cache_stats() - before;
   }
@@ -109,7 +133,8 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
 
 BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> sequences,
                      const BenchOptions& options, int round) {
-  if (options.drafter != nullptr) return run_speculative_round(e, sequences, options, round);
+  if (options.drafter != nullptr || options.synthetic)
+    return run_speculative_round(e, sequences, options, round);
   using Clock = std::chrono::steady_clock;
   BenchRound r;
   r.round = round;

@@ -45,7 +45,10 @@ struct BenchOptions {
   bool record_routing = false;
   // Speculative decoding (with generate > 0): this drafter proposes `draft_k` tokens per
   // verification of each configuration's engine (the engine's --spec-select rule, if any).
+  // Without generate, teacher forced over the sequences (SpeculativeDecoder::step_forced), also
+  // with `synthetic` in place of a drafter model.
   engine::Engine* drafter = nullptr;
+  std::optional<engine::SyntheticDraft> synthetic;
   int draft_k = 4;
 };
 

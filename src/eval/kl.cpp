@@ -62,10 +62,13 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
   std::vector<Acc> acc(configs.size());
   for (size_t c = 0; c < configs.size(); ++c) acc[c].start = configs[c]->cache_stats();
   std::vector<std::unique_ptr<engine::SpeculativeDecoder>> spec(configs.size());
-  if (options.drafter != nullptr) {
+  if (options.drafter != nullptr || options.synthetic) {
     for (size_t c = 0; c < configs.size(); ++c) {
-      spec[c] = std::make_unique<engine::SpeculativeDecoder>(
-          *configs[c], *options.drafter, engine::SpecParams{.draft_k = options.draft_k});
+      const engine::SpecParams params{.draft_k = options.draft_k};
+      spec[c] = options.synthetic ? std::make_unique<engine::SpeculativeDecoder>(
+                                        *configs[c], *options.synthetic, params)
+                                  : std::make_unique<engine::SpeculativeDecoder>(
+                                        *configs[c], *options.drafter, params);
       if (options.counterfactual) {
         if (!configs[c]->verifies_in_blocks())
           fail("kl", "--counterfactual",

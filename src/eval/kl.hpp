@@ -7,11 +7,13 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "engine/engine.hpp"
+#include "engine/speculative.hpp"
 
 namespace steermoe::eval {
 
@@ -23,6 +25,7 @@ struct KlOptions {
   // the window's; its verification rule is the configuration's --spec-select). Exact routing
   // stays plain decoding, the reference.
   engine::Engine* drafter = nullptr;
+  std::optional<engine::SyntheticDraft> synthetic;  // instead of a drafter model
   int draft_k = 4;
   // With a drafter and a block rule: SpeculativeDecoder::set_counterfactual (the share of
   // committed token-layers whose executed set the rejected drafts changed).

@@ -303,6 +303,56 @@ TEST_F(SpeculativePair, CounterfactualReplayComparesSetsAndLeavesNoTrace) {
   }
 }
 
+// The synthetic drafter (bench --scores-from at shapes that cannot draft): it proposes the text's
+// token with the set probability, so the measured acceptance is that probability, all-right drafts
+// commit k+1 tokens per verification with the logits of plain decoding, and its drafting cost is
+// spent; it cannot generate.
+TEST_F(SpeculativePair, SyntheticDrafterHasTheSetAcceptance) {
+  std::ifstream in(kHeldOut);
+  std::vector<int32_t> text;
+  for (std::string line; text.size() < 700 && std::getline(in, line);) {
+    const std::vector<int32_t> ids = tok_->encode(line + "\n", {.parse_special = false});
+    text.insert(text.end(), ids.begin(), ids.end());
+  }
+  const size_t V = static_cast<size_t>(target_->config().vocab);
+  {
+    EngineParams p = params(*target_);
+    p.context = 512;
+    Engine target(*target_, p);
+    SpeculativeDecoder sd(target, SyntheticDraft{.acceptance = 0.6, .ms_per_token = 0.05},
+                          {.draft_k = 4, .seed = 7});
+    text.resize(512);
+    forced_logits(sd, text, V);
+    const SpecStats& s = sd.stats();
+    ASSERT_GT(s.reached[0], 100);
+    const double first = static_cast<double>(s.accepted[0]) / static_cast<double>(s.reached[0]);
+    EXPECT_NEAR(first, 0.6, 0.1) << s.accepted[0] << " of " << s.reached[0];
+    EXPECT_NEAR(static_cast<double>(s.accepted[1]) / static_cast<double>(s.reached[1]), 0.6, 0.12);
+    EXPECT_GE(s.draft_s, static_cast<double>(s.drafted) * 0.05e-3) << "the drafting cost is spent";
+    EXPECT_THROW(sd.begin(std::span<const int32_t>(text.data(), 4)), Error);
+  }
+  text.resize(100);
+  Engine plain(*target_, params(*target_));
+  std::vector<float> want(text.size() * V);
+  plain.reset();
+  plain.prefill(text, want);
+  Engine target(*target_, params(*target_));
+  SpeculativeDecoder all_right(target, SyntheticDraft{.acceptance = 1.0}, {.draft_k = 4});
+  const std::vector<float> got = forced_logits(all_right, text, V);
+  EXPECT_EQ(all_right.stats().accepted, all_right.stats().reached);
+  EXPECT_GT(all_right.stats().tau(), 4.5);
+  float max_diff = 0;
+  for (size_t i = 0; i + 1 < text.size(); ++i)
+    for (size_t v = 0; v < V; ++v)
+      max_diff = std::max(max_diff, std::abs(got[i * V + v] - want[i * V + v]));
+  EXPECT_LE(max_diff, 1e-4f);
+  Engine never(*target_, params(*target_));
+  SpeculativeDecoder all_wrong(never, SyntheticDraft{.acceptance = 0.0}, {.draft_k = 4});
+  forced_logits(all_wrong, text, V);
+  EXPECT_EQ(all_wrong.stats().accepted[0], 0);
+  EXPECT_DOUBLE_EQ(all_wrong.stats().tau(), 1.0);
+}
+
 TEST_F(SpeculativePair, RollbackGivesTheLogitsOfTheShorterHistory) {
   Engine e(*target_, params(*target_));
   const std::vector<int32_t> ids = prompts(*tok_, 1).front();
