@@ -27,7 +27,7 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
                   "committed positions: greedy output = plain decoding's under the policy) | "
                   "exact (every position its own top-K) | block (one set per layer from the "
                   "weighted demand, AcceptMoE) | block:conf (drafter confidence weights + top-1 "
-                  "rescue); the block rules need --link resident for now")
+                  "rescue); on a link the block rules hold --pool + --union-slots slots per layer")
       ->check(CLI::IsMember({"policy", "rollback", "exact", "block", "block:conf"}))
       ->capture_default_str();
   cmd->add_option("--pool", o.pool,

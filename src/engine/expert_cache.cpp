@@ -73,6 +73,7 @@ CacheStats physical_stats(const schedule::RunTotals& t) {
   s.bytes = t.bytes;
   s.warm_copies = t.warm_copies;
   s.restore_copied = t.restore_copies;
+  s.block_copied = t.block_copies;
   s.warm_bytes = t.warm_bytes;
   s.warm_s = t.warm_seconds;
   return s;
@@ -84,7 +85,7 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
                          const ExpertCacheParams& params)
     : config_(config) {
   const model::ModelConfig& cfg = model.config();
-  const int slots = config_.cache_slots;
+  const int slots = config_.physical_slots();
   const policy::RouterSpec spec = router_spec(cfg);
   switch (kind()) {
     case LinkKind::kResident:
@@ -135,7 +136,8 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
   }
   step_ = std::make_unique<schedule::OffloadStep>(
       spec, config_.policy, *config_.calibration,
-      schedule::OffloadParams{.cache_slots = slots,
+      schedule::OffloadParams{.cache_slots = config_.cache_slots,
+                              .physical_slots = slots,
                               .max_inflight = config_.max_inflight,
                               .expert_bytes = expert_bytes_,
                               .max_positions = params.max_positions,

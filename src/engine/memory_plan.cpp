@@ -43,7 +43,7 @@ MemoryPlan plan_memory(const model::Model& model, const schedule::OffloadConfig&
   const bool in_place = kind != link::LinkKind::kDisk && kind != link::LinkKind::kCuda;
   p.in_place_bytes = in_place ? p.expert_bytes : 0;
   p.slot_bytes_per_c = slots ? static_cast<uint64_t>(layout.layers()) * layout.slot_bytes() : 0;
-  p.slot_bytes = p.slot_bytes_per_c * static_cast<uint64_t>(offload.cache_slots);
+  p.slot_bytes = p.slot_bytes_per_c * static_cast<uint64_t>(offload.physical_slots());
   p.kv_bytes = kv_bytes(cfg, context);
   p.overhead_bytes = kOverheadBytes;
   return p;

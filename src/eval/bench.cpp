@@ -116,7 +116,10 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
   if (options.token_ms) r.token_ms = ms;
   copy_figures(r, sum, committed, total_ms, e);
   r.tau = s.tau();
-  r.block_copies = static_cast<double>(sum.block_copies) / committed;
+  // On a link, the experts a block copied (the slots keep more than the pool); else the logical
+  // count of set members outside the pool.
+  r.block_copies =
+      static_cast<double>(sum.physical ? sum.block_copied : sum.block_copies) / committed;
   // Rollback: slots the policy gave back their expert (logical), of which a link copied again
   // those whose physical content differed.
   r.restore_copies =

@@ -195,7 +195,7 @@ void BlockSelector::route_position(int layer, int d, std::span<const float> z,
   for (const int32_t e : out.selected) in_union_[static_cast<size_t>(e)] = 1;
 }
 
-std::span<const Decision> BlockSelector::select(int layer, int n, std::span<const float> z,
+std::span<Decision> BlockSelector::select(int layer, int n, std::span<const float> z,
                                                 std::span<const float> weight_scores,
                                                 std::span<const float> alpha) {
   const int E = spec_.experts, K = spec_.top_k;

@@ -54,8 +54,9 @@ class BlockSelector {
 
   // Layer `layer` of a block of n positions: z and weight_scores rows [n][E] (weight_scores may
   // be empty: z are the logits), alpha [n]. Returns one decision per position (valid until the
-  // next select of this layer) and refills the layer's pool afterwards.
-  std::span<const Decision> select(int layer, int n, std::span<const float> z,
+  // next select of this layer; the caller fills selected_slot where slots exist) and refills
+  // the layer's pool afterwards.
+  std::span<Decision> select(int layer, int n, std::span<const float> z,
                                    std::span<const float> weight_scores,
                                    std::span<const float> alpha);
 

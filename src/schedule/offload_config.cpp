@@ -84,12 +84,6 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
     c.rollback = true;  // on every link: restored slots are copied again (OffloadStep::rollback)
   } else if (!r.spec_select.empty() && !dense) {
     const policy::BlockRule rule = policy::parse_block_rule(r.spec_select);
-    if (c.link.moves_experts())
-      fail("--spec-select", "--link",
-           "expected --link resident with speculative decoding (verification blocks are routed "
-           "and their copies counted logically; physical block copies are not built yet), "
-           "found '{}'",
-           r.link);
     c.block = policy::BlockParams{.rule = rule,
                                   .pool = r.pool > 0 ? r.pool : c.cache_slots,
                                   .union_slots = r.union_slots > 0 ? r.union_slots : c.cache_slots,

@@ -4,6 +4,7 @@
 // every cross-check of these options lives in resolve_offload() and nowhere else.
 #pragma once
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -60,6 +61,11 @@ struct OffloadConfig {
   std::string calibration_source;  // "" when uninformed
 
   std::string policy_text() const { return policy.to_string(); }  // canonical
+  // Slots per MoE layer a link holds: C, or with verification blocks the pool and the union
+  // slots (P + U) when that is more (the policy's C are the first of them).
+  int physical_slots() const {
+    return block ? std::max(cache_slots, block->pool + block->union_slots) : cache_slots;
+  }
   // The request that resolves to this configuration (to resolve a variant of it: another
   // policy or cache size with the same link and calibration).
   OffloadRequest request() const;

@@ -20,16 +20,17 @@ OffloadStep::OffloadStep(const policy::RouterSpec& spec, const policy::PolicyCon
       timings_(static_cast<size_t>(spec.layers)),
       pregate_(static_cast<size_t>(params.max_positions) * static_cast<size_t>(spec.experts)) {
   SM_ASSERT(params.max_positions >= 1);
+  physical_slots_ = std::max(params.cache_slots, params.physical_slots);
   if (link_ != nullptr) {
     scheduler_ =
         std::make_unique<TransferScheduler>(SchedulerConfig{.layers = spec.layers,
                                                             .experts = spec.experts,
-                                                            .slots = params.cache_slots,
+                                                            .slots = physical_slots_,
                                                             .max_inflight = params.max_inflight,
                                                             .expert_bytes = params.expert_bytes,
                                                             .pacing = params.pacing},
                                             *link_);
-    slot_experts_.resize(static_cast<size_t>(spec.layers) * params.cache_slots);
+    slot_experts_.resize(static_cast<size_t>(spec.layers) * physical_slots_);
   }
 }
 
@@ -52,6 +53,7 @@ bool OffloadStep::prefetches() const {
 void OffloadStep::begin_request() {
   router_.reset();
   if (selector_) selector_->reset();
+  blocks_ran_ = false;
   warmup_s_ = 0;
   if (!scheduler_) return;
   warmup_s_ = scheduler_->begin_request(logical_slot_experts());
@@ -60,10 +62,12 @@ void OffloadStep::begin_request() {
 std::span<const int32_t> OffloadStep::logical_slot_experts() {
   const int layers = router_.spec().layers;
   const int slots = router_.cache_slots();
+  const int physical = physical_slots_;
   for (int l = 0; l < layers; ++l) {
     const policy::LayerCache& cache = router_.cache(l);
-    for (int s = 0; s < slots; ++s)
-      slot_experts_[static_cast<size_t>(l) * slots + s] = cache.expert_in_slot(s);
+    // The policy's C slots first; the union slots of verification blocks beyond them start empty.
+    for (int s = 0; s < physical; ++s)
+      slot_experts_[static_cast<size_t>(l) * physical + s] = s < slots ? cache.expert_in_slot(s) : -1;
   }
   return slot_experts_;
 }
@@ -91,6 +95,7 @@ std::span<const float> OffloadStep::kept_pregate(int position) const {
 }
 
 const TokenStats* OffloadStep::run_token(int32_t token, LayerDriver& driver) {
+  SM_ASSERT_MSG(!blocks_ran_, "a plain token after verification blocks needs a new request");
   const int layers = router_.spec().layers;
   const auto e = static_cast<size_t>(experts_);
   begin_token(token);
@@ -142,9 +147,16 @@ void OffloadStep::run_layer_major(std::span<const int32_t> tokens, LayerDriver& 
 }
 
 void OffloadStep::enable_blocks(const policy::BlockParams& params, int max_positions) {
-  SM_ASSERT_MSG(!scheduler_, "block verification is logical only");
   selector_ =
       std::make_unique<policy::BlockSelector>(router_.spec(), params, *calibration_, max_positions);
+  if (scheduler_) {
+    const auto E = static_cast<size_t>(experts_);
+    slot_of_.assign(E, -1);
+    needed_.assign(E, 0);
+    block_union_.reserve(E);
+    union_slots_.reserve(E);
+    victims_.reserve(static_cast<size_t>(physical_slots_));
+  }
 }
 
 void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
@@ -153,10 +165,19 @@ void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const flo
   const int n = static_cast<int>(tokens.size());
   SM_ASSERT(alpha.size() == tokens.size());
   const int layers = router_.spec().layers;
+  if (scheduler_) {
+    // begin_token without the router's: blocks route by the selector, on every link alike.
+    scheduler_->begin_token();
+    if (sim_clock_ != nullptr) sim_clock_->advance(profile_->dense_s);
+    scheduler_->drop_pending();  // a block has no layer boundary to send prefetches at
+    blocks_ran_ = true;
+  }
   for (int l = 0; l < layers; ++l) {
+    begin_layer(l);
     const LayerScores s = driver.scores(l);
-    const std::span<const policy::Decision> decisions =
+    const std::span<policy::Decision> decisions =
         selector_->select(l, n, s.z, s.weight_scores, alpha);
+    if (scheduler_) place_block(l, decisions);
     for (int t = 0; t < n; ++t) {
       const policy::Decision& d = decisions[static_cast<size_t>(t)];
       counts_.layer_steps += 1;
@@ -165,9 +186,73 @@ void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const flo
     }
     counts_.block_copies += selector_->last_copies();
     driver.moe(l);
+    if (scheduler_) {
+      // One batched MoE over the block: each executed expert's weights once.
+      if (sim_clock_ != nullptr)
+        sim_clock_->advance(profile_->moe_fixed_s +
+                            static_cast<double>(block_union_.size()) * profile_->moe_per_expert_s);
+      timings_[static_cast<size_t>(l)].moe_end = clock();
+    }
   }
   driver.finish();
   counts_.block_positions += n;
+  if (scheduler_) end_token();
+}
+
+void OffloadStep::place_block(int layer, std::span<policy::Decision> decisions) {
+  LayerTiming& timing = timings_[static_cast<size_t>(layer)];
+  timing.host_start = clock();
+  if (sim_clock_ != nullptr) sim_clock_->advance(profile_->host_policy_s);  // the selection
+  timing.host_end = clock();
+  // The executed experts of the layer, in first-use order (deterministic).
+  block_union_.clear();
+  for (const policy::Decision& d : decisions)
+    for (const int32_t e : d.selected)
+      if (!needed_[static_cast<size_t>(e)]) {
+        needed_[static_cast<size_t>(e)] = 1;
+        block_union_.push_back(e);
+      }
+  // Where they are now, and which slots may take the missing ones: empty slots first, then
+  // experts outside the block's set and outside the pool, then pool members, each by slot.
+  victims_.clear();
+  for (int pass = 0; pass < 3; ++pass) {
+    for (int s = 0; s < physical_slots_; ++s) {
+      const int e = scheduler_->logical_expert(layer, s);
+      if (pass == 0) {
+        if (e >= 0 && needed_[static_cast<size_t>(e)]) slot_of_[static_cast<size_t>(e)] = s;
+        if (e < 0) victims_.push_back(s);
+      } else if (e >= 0 && !needed_[static_cast<size_t>(e)] &&
+                 selector_->in_pool(layer, e) == (pass == 2)) {
+        victims_.push_back(s);
+      }
+    }
+  }
+  size_t next_victim = 0;
+  union_slots_.clear();
+  for (const int32_t e : block_union_) {
+    int32_t& slot = slot_of_[static_cast<size_t>(e)];
+    if (slot < 0) {
+      // Exact verification executes every position's own top-K: up to (k+1) K experts.
+      if (next_victim >= victims_.size())
+        fail("--union-slots", "slots",
+             "expected the {} experts a verification block executes at MoE layer {} to fit the "
+             "{} slots per layer the link holds (--pool + --union-slots): raise --union-slots "
+             "or lower --draft-k",
+             block_union_.size(), layer, physical_slots_);
+      slot = victims_[next_victim++];
+    }
+    scheduler_->place(layer, slot, e);
+    union_slots_.push_back(slot);
+  }
+  for (policy::Decision& d : decisions)
+    for (size_t i = 0; i < d.selected.size(); ++i)
+      d.selected_slot[i] = slot_of_[static_cast<size_t>(d.selected[i])];
+  for (const int32_t e : block_union_) {
+    needed_[static_cast<size_t>(e)] = 0;
+    slot_of_[static_cast<size_t>(e)] = -1;
+  }
+  scheduler_->wait_for_layer(layer, union_slots_);
+  timing.moe_start = clock();
 }
 
 void OffloadStep::save_blocks(BlockCheckpoint& out) const {

@@ -14,10 +14,14 @@
 //                                     before layer l+1. Each layer's policy state depends only
 //                                     on that layer's history, so it makes exactly the
 //                                     token-major decisions.
-//   run_block(tokens, alpha, driver)  speculative decoding's verification block, logical only:
-//                                     per layer one eligible set for the k+1 positions
+//   run_block(tokens, alpha, driver)  speculative decoding's verification block: per layer one
+//                                     eligible set for the k+1 positions
 //                                     (policy/block_selection.hpp), every position routed
 //                                     within it; a pool of P experts stays between blocks.
+//                                     With a link, the layer's executed experts are placed in
+//                                     its P + U slots (missing ones copied, evicting experts
+//                                     outside the set and the pool first) and waited for
+//                                     before its MoE: one token of the timing model.
 //
 // Without a link the step is logical only (routing decisions; no scheduler, no copies). With a
 // link, a TransferScheduler turns the insertions into copies on it. With a simulated link and a
@@ -47,6 +51,9 @@ struct HardwareProfile;
 
 struct OffloadParams {
   int cache_slots = 0;       // C (K <= C <= E)
+  // Slots per layer the scheduler and link hold (0: C). Verification blocks on a link hold the
+  // pool and the union slots, P + U, of which the policy's C are the first (prompt tokens).
+  int physical_slots = 0;
   int max_inflight = 2;      // prefetch copies in flight at a layer boundary (>= 1)
   int64_t expert_bytes = 0;  // bytes of one expert copy (accounting)
   int max_positions = 1;     // largest block run_layer_major is given
@@ -142,7 +149,9 @@ class OffloadStep {
   void enable_blocks(const policy::BlockParams& params, int max_positions);
   bool blocks_enabled() const { return selector_ != nullptr; }
   // Speculative decoding's verification block: `tokens` (at most the max_positions given to
-  // enable_blocks) with position weights `alpha` (alpha[0] = 1). Logical only.
+  // enable_blocks) with position weights `alpha` (alpha[0] = 1). With a link the next plain
+  // token needs a new request (begin_request): the policy's logical cache no longer describes
+  // the slots.
   void run_block(std::span<const int32_t> tokens, std::span<const float> alpha,
                  LayerDriver& driver);
   // The block rules' state and the logical counts, saved and put back: a verification block
@@ -191,6 +200,9 @@ class OffloadStep {
   void wait(int layer);
   void end_layer(int layer);
   const TokenStats* end_token();
+  // run_block with a link: puts the executed experts of `decisions` in slots of `layer`, fills
+  // their selected_slot, waits for the copies.
+  void place_block(int layer, std::span<policy::Decision> decisions);
 
   policy::PolicyConfig config_;
   policy::RequestRouter router_;
@@ -202,6 +214,14 @@ class OffloadStep {
   const HardwareProfile* profile_ = nullptr;
   int experts_ = 0;
   int max_positions_ = 1;
+  int physical_slots_ = 0;     // scheduler slots per layer (>= the policy's C)
+  bool blocks_ran_ = false;    // a block placed experts since begin_request (link only)
+  // run_block's placement scratch (link only), sized once.
+  std::vector<int32_t> slot_of_;       // [E] slot holding the expert in the current layer, -1
+  std::vector<int32_t> block_union_;   // executed experts of the layer, first-use order
+  std::vector<int32_t> union_slots_;   // their slots
+  std::vector<int32_t> victims_;       // slots free for the layer's missing experts
+  std::vector<uint8_t> needed_;        // [E]
   std::vector<int32_t> slot_experts_;  // [L * C] scratch for begin_request
   std::vector<LayerTiming> timings_;   // [L]
   // The pre-gate scores of the current layer (from the previous layer's driver scores), rows

@@ -216,6 +216,27 @@ void TransferScheduler::restore(std::span<const int32_t> slot_experts) {
   }
 }
 
+void TransferScheduler::drop_pending() {
+  SM_ASSERT(host_layer_ < 0);
+  for (const List list : {kWaiting, kDeferred}) {
+    while (pending_head_[list] >= 0) {
+      pending_remove(pending_head_[list]);
+      ++token_.prefetch_dropped;
+    }
+  }
+}
+
+bool TransferScheduler::place(int layer, int slot, int expert) {
+  SM_ASSERT(host_layer_ < 0 && layer >= 0 && layer < config_.layers && slot >= 0 &&
+            slot < config_.slots);
+  const int g = index(layer, slot);
+  if (logical_expert_[g] != expert) reassign(g, expert);
+  if (physical_expert_[g] == expert) return false;
+  enqueue_copy(g, CopyKind::kBlock);
+  ++totals_.block_copies;
+  return true;
+}
+
 void TransferScheduler::begin_token() {
   SM_ASSERT(host_layer_ < 0);
   token_ = TokenStats{};
@@ -380,6 +401,7 @@ double TransferScheduler::wait_for_layer(int layer, std::span<const int32_t> sel
     }
     switch (kind) {
       case CopyKind::kDemand:
+      case CopyKind::kBlock:  // a verification block's demand
         token_.stall_on_demand += waited;
         break;
       case CopyKind::kPrefetch:

@@ -50,7 +50,7 @@ struct SchedulerConfig {
 };
 
 // What kind of copy last wrote a slot (used to attribute stalls).
-enum class CopyKind : uint8_t { kNone, kWarm, kDemand, kPrefetch, kRestore };
+enum class CopyKind : uint8_t { kNone, kWarm, kDemand, kPrefetch, kRestore, kBlock };
 
 // Accounting of one decode token. Prefetch classification (exclusive; policy contract "Timing
 // model"): a prefetch emitted for layer l of this token is `in_time` if its expert is in S and
@@ -100,6 +100,8 @@ struct RunTotals {
   int64_t warm_bytes = 0;
   // Speculative decoding's rollback: slots copied again after the policy took its caches back.
   int64_t restore_copies = 0;
+  // Speculative decoding's verification blocks: experts of a block's set copied into a slot.
+  int64_t block_copies = 0;
   double warm_seconds = 0;
   // Per layer [L].
   std::vector<int64_t> layer_demand, layer_in_time, layer_late, layer_unused;
@@ -123,6 +125,14 @@ class TransferScheduler {
   // reassigned (a pending prefetch into it dropped) and, where its physical content differs,
   // copied again without waiting: a later wait_for_layer waits for it as for a demand copy.
   void restore(std::span<const int32_t> slot_experts);
+
+  // Speculative decoding's verification blocks (inside a token, between layers; no policy, no
+  // prefetch): drop_pending drops every prefetch not yet copied (a block has no layer boundary
+  // to send them at); place puts `expert` into `slot` of `layer` (the slot's logical expert from
+  // now on) and copies it when the slot's latest copy holds another expert, as a demand copy
+  // that a later wait_for_layer waits for. Returns whether it copied.
+  void drop_pending();
+  bool place(int layer, int slot, int expert);
 
   // Start of H(layer). Returns the [E] mask of experts of `layer` whose latest copy into some
   // slot has been enqueued (what routing sees in the `physical` demonstration mode). The span

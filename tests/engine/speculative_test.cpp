@@ -134,11 +134,56 @@ TEST_F(SpeculativePair, BlockVerificationExactIsGreedyAndBlockCopiesLess) {
   }
   EXPECT_LT(copies_per_token[1], copies_per_token[0] * 0.8)
       << "block:conf " << copies_per_token[1] << " vs exact " << copies_per_token[0];
-  // Verification rules need experts in place (logical copies); an offloaded link is refused.
-  schedule::OffloadRequest bad{.cache = 24, .link = "disk", .spec_select = "block"};
-  bad.calibration = std::make_shared<const policy::Calibration>(
-      policy::uninformed_calibration(router_spec(target_->config())));
-  EXPECT_THROW(resolve_offload(*target_, bad), Error);
+}
+
+// Verification blocks on links that move experts: each layer's executed experts are placed in
+// the P + U slots and waited for; the committed tokens and every verification's logits are the
+// resident run's bit for bit, whatever the link speed, injected delays and copies in flight,
+// and the link copies no more than the block's set members outside the pool.
+TEST_F(SpeculativePair, BlockVerificationOnALinkIsBitIdenticalToResident) {
+  const auto ps = prompts(*tok_, 3);
+  Engine drafter(*drafter_, params(*drafter_));
+  struct Variant {
+    const char* link;
+    double delay_s;
+    int max_inflight;
+  };
+  for (const char* rule : {"exact", "block:conf"}) {
+    SCOPED_TRACE(rule);
+    std::vector<std::vector<int32_t>> want;
+    for (const Variant& v : {Variant{"resident", 0, 2}, Variant{"emulated:50,5", 0, 2},
+                             Variant{"emulated:5,20", 2e-4, 1},
+                             Variant{"emulated:200", 1e-4, 6}}) {
+      SCOPED_TRACE(v.link);
+      schedule::OffloadRequest r{.policy = "exact:evict=lru", .cache = 24, .link = v.link,
+                                 .max_inflight = v.max_inflight, .spec_select = rule, .pool = 24,
+                                 .union_slots = 24};
+      r.calibration = std::make_shared<const policy::Calibration>(
+          policy::uninformed_calibration(router_spec(target_->config())));
+      EngineParams p{.offload = resolve_offload(*target_, r)};
+      p.context = 128;
+      p.test_copy_delay_max_s = v.delay_s;
+      Engine target(*target_, p);
+      SpeculativeDecoder sd(target, drafter, {.draft_k = 6});
+      for (size_t i = 0; i < ps.size(); ++i) {
+        std::vector<int32_t> got{sd.begin(ps[i])};
+        while (got.size() < 40) sd.step(got);
+        if (want.size() < ps.size()) {
+          want.push_back(got);
+        } else {
+          ASSERT_EQ(got, want[i]) << "prompt " << i;
+        }
+      }
+      const CacheStats s = target.cache_stats();
+      if (std::string(v.link) == "resident") {
+        EXPECT_FALSE(s.physical);
+      } else {
+        EXPECT_TRUE(s.physical);
+        EXPECT_GT(s.block_copied, 0);
+        EXPECT_LE(s.block_copied, s.block_copies) << "the slots keep at least the pool";
+      }
+    }
+  }
 }
 
 // PSR at C = 24 of 64 with the shipped calibration, verification through the policy; with
