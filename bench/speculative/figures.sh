@@ -7,8 +7,9 @@
 #     insertions a link would make);
 #   - KL to exact routing and perplexity: `kl` on the evaluation split, teacher forced (`kl
 #     --draft`: drafts accepted while they equal the text, so its tau is the text's, lower);
-#   - ms per committed token on the disk link and on the RTX 4090 profile (`--link
-#     sim:rtx4090-olmoe`) for the rows whose copies go through links today (AR, SD rollback);
+#   - ms per committed token and the copies the link made on the disk link and on the RTX 4090
+#     profile (`--link sim:rtx4090-olmoe`), with AR also at 2C slots (the P + U a verification
+#     block holds);
 #   then bench/speculative/summarize.py writes OUT/summary.{json,md}.
 # Usage: bench/speculative/figures.sh [BUILD_DIR] [OUT_DIR]
 set -euo pipefail
@@ -61,9 +62,18 @@ for C in 24 32; do
     echo "== C $C: $link" >&2
     "$SM" bench "${common[@]}" --cache "$C" --policy "${AR[@]}" --link "$link" \
       --json "$OUT/time-$tag-ar-$C.json" > "$OUT/time-$tag-ar-$C.md"
-    "$SM" bench "${common[@]}" --cache "$C" --policy psr:lambda=0.3,n=1 --link "$link" \
-      --draft "$D" --draft-k "$K" --spec-select rollback \
-      --json "$OUT/time-$tag-sd-rollback-$C.json" > "$OUT/time-$tag-sd-rollback-$C.md"
+    # Autoregressive decoding with the slots a verification block may use (P + U = 2C).
+    "$SM" bench "${common[@]}" --cache "$((2 * C > 64 ? 64 : 2 * C))" \
+      --policy exact:evict=lru psr:lambda=0.3,n=1 --link "$link" \
+      --json "$OUT/time-$tag-ar2-$C.json" > "$OUT/time-$tag-ar2-$C.md"
+    for rule in exact block block:conf rollback; do
+      policy=exact:evict=lru
+      [ "$rule" = rollback ] && policy=psr:lambda=0.3,n=1
+      tag2=${rule/:/-}
+      "$SM" bench "${common[@]}" --cache "$C" --policy "$policy" --link "$link" \
+        --draft "$D" --draft-k "$K" --spec-select "$rule" --pool "$C" --union-slots "$C" \
+        --json "$OUT/time-$tag-sd-$tag2-$C.json" > "$OUT/time-$tag-sd-$tag2-$C.md"
+    done
   done
 done
 python3 bench/speculative/summarize.py "$OUT"
