@@ -34,6 +34,10 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
                   "Experts per layer kept between verification blocks (0: the cache size)")
       ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
+  cmd->add_flag("--no-block-prefetch", o.no_block_prefetch,
+                "On a link, do not copy the next layer's likely experts (its router on this "
+                "layer's output at every block position) while a verification layer computes "
+                "(latency only; to measure what the early copies hide)");
   cmd->add_option("--union-slots", o.union_slots,
                   "Copies a verification block may make per layer (0: the cache size)")
       ->check(CLI::Range(0, 1 << 16))
@@ -45,6 +49,7 @@ void apply_speculative(const SpecOptions& o, schedule::OffloadRequest& request) 
   request.spec_select = o.select;
   request.pool = o.pool;
   request.union_slots = o.union_slots;
+  request.block_prefetch = !o.no_block_prefetch;
 }
 
 std::optional<engine::SyntheticDraft> parse_synthetic_draft(const std::string& text) {

@@ -21,6 +21,7 @@ struct SpecOptions {
   std::string select = "policy";  // --spec-select: policy | exact | block | block:conf
   int pool = 0;                  // P per layer (0: the cache size)
   int union_slots = 0;           // U per layer (0: the cache size)
+  bool no_block_prefetch = false;  // --no-block-prefetch
 };
 
 void add_speculative_options(CLI::App* cmd, SpecOptions& options);

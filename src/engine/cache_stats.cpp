@@ -16,6 +16,7 @@ void each_field(CacheStats& a, const CacheStats& b, Op op) {
   op(a.block_copies, b.block_copies);
   op(a.restore_copies, b.restore_copies);
   op(a.block_copied, b.block_copied);
+  op(a.block_prefetched, b.block_prefetched);
   op(a.tokens, b.tokens);
   op(a.latency_s, b.latency_s);
   op(a.demand, b.demand);

@@ -43,6 +43,7 @@ struct CacheStats {
   int64_t warm_copies = 0;       // warm-up copies at request start
   int64_t restore_copied = 0;    // --spec-select rollback: slots copied again after a rejection
   int64_t block_copied = 0;      // verification blocks: experts copied into a block's slots
+  int64_t block_prefetched = 0;  // ... of which copied early, from the previous layer's pre-gate
   int64_t warm_bytes = 0;
   double warm_s = 0;
 

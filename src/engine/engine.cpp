@@ -87,7 +87,7 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
     supplied_z_.resize(B * static_cast<size_t>(cfg_.experts));
     supplied_pre_.resize(B * static_cast<size_t>(cfg_.experts));
   }
-  want_pregate_ = cache_->prefetches();
+  want_pregate_ = cache_->wants_pregate();
 }
 
 Engine::~Engine() = default;
@@ -123,7 +123,7 @@ void Engine::mark_rollback(int positions) {
 
 void Engine::set_recorder(RoutingRecord* record) {
   record_ = record;
-  want_pregate_ = cache_->prefetches() || record != nullptr;
+  want_pregate_ = cache_->wants_pregate() || record != nullptr;
   if (record_ != nullptr) {
     record_->moe_layers = cfg_.moe_layer_count();
     record_->experts = cfg_.experts;

@@ -210,6 +210,7 @@ CacheStats ExpertCache::stats() const {
   s.block_positions = c.block_positions;
   s.block_copies = c.block_copies;
   s.restore_copies = c.restore_copies;
+  s.block_prefetched = c.block_prefetch;
   s.attention_s = attention_s_;
   s.moe_s = moe_s_;
   return s;

@@ -60,6 +60,7 @@ class ExpertCache {
   int cache_slots() const { return config_.cache_slots; }
   // True when the policy runs part 1 and so needs pre-gate scores.
   bool prefetches() const { return step_->prefetches(); }
+  bool wants_pregate() const { return step_->wants_pregate(); }
   // True when any expert can be read at any time (no copies): a batched prefill may then route
   // a block of tokens layer-major and read every expert of a layer in one block call.
   bool batched_prefill() const { return experts_in_place() && !step_->offloaded(); }

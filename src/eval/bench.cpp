@@ -124,6 +124,7 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
   // those whose physical content differed.
   r.restore_copies =
       static_cast<double>(sum.physical ? sum.restore_copied : sum.restore_copies) / committed;
+  r.block_prefetched = static_cast<double>(sum.block_prefetched) / committed;
   r.draft_ms = s.draft_s * 1e3 / committed;
   r.verify_ms = s.verify_s * 1e3 / committed;
   r.acceptance.resize(s.reached.size());
@@ -253,6 +254,7 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
         j["speculative"] = {{"tau", r.tau},
                             {"acceptance_per_depth", r.acceptance},
                             {"block_copies_per_token", r.block_copies},
+                            {"block_prefetched_per_token", r.block_prefetched},
                             {"restore_copies_per_token", r.restore_copies},
                             {"draft_ms_per_token", r.draft_ms},
                             {"verify_ms_per_token", r.verify_ms}};

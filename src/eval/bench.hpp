@@ -73,6 +73,7 @@ struct BenchRound {
   // Copies and stalls above are per committed token as well; restore_copies: rollback's slots
   // copied again (logical without a link); acceptance[d]: accepted / checked drafts at depth d+1.
   double tau = 0, block_copies = 0, restore_copies = 0, draft_ms = 0, verify_ms = 0;
+  double block_prefetched = 0;  // of block_copies: copied early from the pre-gate (links)
   std::vector<double> acceptance;
 };
 

@@ -36,6 +36,9 @@ struct BlockParams {
   int union_slots = 0;  // U: copies a block may make per layer (>= K)
   float gamma = 1.0f;   // set size factor (1 for block, 1.05 for block:conf)
   float rescue = 0.3f;  // block:conf: alpha threshold for the top-1 rescue
+  // On a link (latency only): while layer l computes, copy the experts the next layer's router
+  // ranks highest at the block's positions (pre-gate scores) into its free slots.
+  bool prefetch_next = true;
 };
 
 // "exact" | "block" | "block:conf" (Error naming --spec-select otherwise), and back.

@@ -44,6 +44,7 @@ OffloadRequest OffloadConfig::request() const {
           .spec_select = block ? policy::block_rule_name(block->rule) : rollback ? "rollback" : "",
           .pool = block ? block->pool : 0,
           .union_slots = block ? block->union_slots : 0,
+          .block_prefetch = block ? block->prefetch_next : true,
           .verify = verify,
           .calibration = calibration_source.empty() ? nullptr : calibration,
           .calibration_source = calibration_source};
@@ -87,7 +88,8 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
     c.block = policy::BlockParams{.rule = rule,
                                   .pool = r.pool > 0 ? r.pool : c.cache_slots,
                                   .union_slots = r.union_slots > 0 ? r.union_slots : c.cache_slots,
-                                  .gamma = rule == policy::BlockRule::kBlockConf ? 1.05f : 1.0f};
+                                  .gamma = rule == policy::BlockRule::kBlockConf ? 1.05f : 1.0f,
+                                  .prefetch_next = r.block_prefetch};
   }
   c.verify = r.verify;
   if (r.calibration != nullptr && !dense) {

@@ -31,6 +31,7 @@ struct OffloadRequest {
   std::string spec_select;
   int pool = 0;
   int union_slots = 0;
+  bool block_prefetch = true;  // BlockParams::prefetch_next (links only; latency, not output)
   bool verify = false;  // disk link: checksum every copied expert
   // Loaded by the caller (or null: none found). Shared: engines and steps keep it alive.
   std::shared_ptr<const policy::Calibration> calibration;

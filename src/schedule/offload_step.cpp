@@ -50,6 +50,10 @@ bool OffloadStep::prefetches() const {
   return config_.prefetch_budget > 0 || config_.kind == policy::PolicyKind::kSpec;
 }
 
+bool OffloadStep::wants_pregate() const {
+  return prefetches() || (selector_ && scheduler_ && selector_->params().prefetch_next);
+}
+
 void OffloadStep::begin_request() {
   router_.reset();
   if (selector_) selector_->reset();
@@ -153,6 +157,8 @@ void OffloadStep::enable_blocks(const policy::BlockParams& params, int max_posit
     const auto E = static_cast<size_t>(experts_);
     slot_of_.assign(E, -1);
     needed_.assign(E, 0);
+    order_.resize(E);
+    ranked_.resize(static_cast<size_t>(max_positions) * static_cast<size_t>(router_.spec().top_k));
     block_union_.reserve(E);
     union_slots_.reserve(E);
     victims_.reserve(static_cast<size_t>(physical_slots_));
@@ -177,7 +183,11 @@ void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const flo
     const LayerScores s = driver.scores(l);
     const std::span<policy::Decision> decisions =
         selector_->select(l, n, s.z, s.weight_scores, alpha);
-    if (scheduler_) place_block(l, decisions);
+    if (scheduler_) {
+      place_block(l, decisions);
+      if (selector_->params().prefetch_next && l + 1 < layers && !s.pregate_next.empty())
+        prefetch_block_layer(l + 1, n, s.pregate_next, alpha);
+    }
     for (int t = 0; t < n; ++t) {
       const policy::Decision& d = decisions[static_cast<size_t>(t)];
       counts_.layer_steps += 1;
@@ -197,6 +207,67 @@ void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const flo
   driver.finish();
   counts_.block_positions += n;
   if (scheduler_) end_token();
+}
+
+void OffloadStep::prefetch_block_layer(int layer, int n, std::span<const float> pregate_next,
+                                       std::span<const float> alpha) {
+  const int E = experts_, K = router_.spec().top_k;
+  // Each position's top-K by pre-gate score (ties to the lower id).
+  for (int t = 0; t < n; ++t) {
+    const float* row = pregate_next.data() + static_cast<size_t>(t) * E;
+    for (int e = 0; e < E; ++e) order_[static_cast<size_t>(e)] = e;
+    std::partial_sort(order_.begin(), order_.begin() + K, order_.end(),
+                      [row](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
+    std::copy_n(order_.begin(), K, ranked_.begin() + static_cast<ptrdiff_t>(t) * K);
+  }
+  // Where the layer's experts are (union_slots_ keeps them, to clear slot_of_ afterwards), and
+  // its free slots: empty ones, then experts outside its pool (never the pool, which the next
+  // set is pruned toward), by slot.
+  union_slots_.clear();
+  victims_.clear();
+  for (int s = 0; s < physical_slots_; ++s) {
+    const int e = scheduler_->logical_expert(layer, s);
+    if (e < 0) {
+      victims_.push_back(s);
+    } else {
+      slot_of_[static_cast<size_t>(e)] = s;
+      union_slots_.push_back(e);
+    }
+  }
+  for (int s = 0; s < physical_slots_; ++s) {
+    const int e = scheduler_->logical_expert(layer, s);
+    if (e >= 0 && !selector_->in_pool(layer, e)) victims_.push_back(s);
+  }
+  // Rank by rank, root position first: the experts most likely to run get the slots. needed_
+  // marks the predicted ones: a victim holding one is skipped.
+  size_t next_victim = 0;
+  block_union_.clear();
+  for (int r = 0; r < K; ++r)
+    for (int t = 0; t < n; ++t) {
+      // The experts the rule is sure to execute: the root's top-K (always in the set), and
+      // under block:conf the rescued top-1 of likely drafts. Predicting the other positions'
+      // experts (even under exact verification, which runs them all) copied more than it hid
+      // on the simulated RTX 4090 (docs/figures.md).
+      const policy::BlockParams& rule = selector_->params();
+      const bool sure = t == 0 || (rule.rule == policy::BlockRule::kBlockConf && r == 0 &&
+                                   alpha[static_cast<size_t>(t)] >= rule.rescue);
+      if (!sure) continue;
+      const int32_t e = ranked_[static_cast<size_t>(t) * K + r];
+      if (needed_[static_cast<size_t>(e)]) continue;
+      needed_[static_cast<size_t>(e)] = 1;
+      block_union_.push_back(e);
+      if (slot_of_[static_cast<size_t>(e)] >= 0) continue;  // already in a slot
+      while (next_victim < victims_.size()) {
+        const int held = scheduler_->logical_expert(layer, victims_[next_victim]);
+        if (held < 0 || !needed_[static_cast<size_t>(held)]) break;
+        ++next_victim;
+      }
+      if (next_victim == victims_.size()) break;
+      scheduler_->place(layer, victims_[next_victim++], e);
+      ++counts_.block_prefetch;
+    }
+  for (const int32_t e : union_slots_) slot_of_[static_cast<size_t>(e)] = -1;
+  for (const int32_t e : block_union_) needed_[static_cast<size_t>(e)] = 0;
 }
 
 void OffloadStep::place_block(int layer, std::span<policy::Decision> decisions) {

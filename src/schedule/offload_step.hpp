@@ -105,6 +105,7 @@ struct LogicalCounts {
   int64_t block_positions = 0;  // positions verified in blocks (run_block)
   int64_t block_copies = 0;     // experts a block needed outside the pool, all layers
   int64_t restore_copies = 0;   // rollback: slots given back their expert after a rejection
+  int64_t block_prefetch = 0;   // verification blocks on a link: the next layer's early copies
 };
 
 class OffloadStep {
@@ -172,6 +173,9 @@ class OffloadStep {
 
   // True if the policy runs part 1 (needs pre-gate scores).
   bool prefetches() const;
+  // True if the driver should compute pre-gate scores: the policy's part 1, or verification
+  // blocks that copy the next layer's likely experts early on a link.
+  bool wants_pregate() const;
   bool offloaded() const { return scheduler_ != nullptr; }
   const policy::RequestRouter& router() const { return router_; }
   // Null without a link. Read-only: the owner of the expert cache reads the physical slot map
@@ -203,6 +207,11 @@ class OffloadStep {
   // run_block with a link: puts the executed experts of `decisions` in slots of `layer`, fills
   // their selected_slot, waits for the copies.
   void place_block(int layer, std::span<policy::Decision> decisions);
+  // run_block with a link: copies the next layer's experts the rule is sure to execute, by the
+  // router of that layer on this layer's output (`pregate_next`), rank by rank, into its slots
+  // outside the pool, without waiting.
+  void prefetch_block_layer(int layer, int n, std::span<const float> pregate_next,
+                            std::span<const float> alpha);
 
   policy::PolicyConfig config_;
   policy::RequestRouter router_;
@@ -222,6 +231,8 @@ class OffloadStep {
   std::vector<int32_t> union_slots_;   // their slots
   std::vector<int32_t> victims_;       // slots free for the layer's missing experts
   std::vector<uint8_t> needed_;        // [E]
+  std::vector<int32_t> ranked_;        // [n][K] top-K of pre-gate rows (early block copies)
+  std::vector<int32_t> order_;         // [E] scratch
   std::vector<int32_t> slot_experts_;  // [L * C] scratch for begin_request
   std::vector<LayerTiming> timings_;   // [L]
   // The pre-gate scores of the current layer (from the previous layer's driver scores), rows

@@ -147,17 +147,19 @@ TEST_F(SpeculativePair, BlockVerificationOnALinkIsBitIdenticalToResident) {
     const char* link;
     double delay_s;
     int max_inflight;
+    bool early = true;  // the next layer's experts copied early from the pre-gate
   };
   for (const char* rule : {"exact", "block:conf"}) {
     SCOPED_TRACE(rule);
     std::vector<std::vector<int32_t>> want;
     for (const Variant& v : {Variant{"resident", 0, 2}, Variant{"emulated:50,5", 0, 2},
                              Variant{"emulated:5,20", 2e-4, 1},
-                             Variant{"emulated:200", 1e-4, 6}}) {
+                             Variant{"emulated:200", 1e-4, 6},
+                             Variant{"emulated:20,10", 1e-4, 2, false}}) {
       SCOPED_TRACE(v.link);
       schedule::OffloadRequest r{.policy = "exact:evict=lru", .cache = 24, .link = v.link,
                                  .max_inflight = v.max_inflight, .spec_select = rule, .pool = 24,
-                                 .union_slots = 24};
+                                 .union_slots = 24, .block_prefetch = v.early};
       r.calibration = std::make_shared<const policy::Calibration>(
           policy::uninformed_calibration(router_spec(target_->config())));
       EngineParams p{.offload = resolve_offload(*target_, r)};
@@ -180,7 +182,14 @@ TEST_F(SpeculativePair, BlockVerificationOnALinkIsBitIdenticalToResident) {
       } else {
         EXPECT_TRUE(s.physical);
         EXPECT_GT(s.block_copied, 0);
-        EXPECT_LE(s.block_copied, s.block_copies) << "the slots keep at least the pool";
+        EXPECT_LE(s.block_copied, s.block_copies + s.block_prefetched)
+            << "the slots keep at least the pool";
+        if (v.early) {
+          EXPECT_GT(s.block_prefetched, 0);
+          EXPECT_LE(s.block_prefetched, s.block_copied);
+        } else {
+          EXPECT_EQ(s.block_prefetched, 0);
+        }
       }
     }
   }
