@@ -90,7 +90,8 @@ def main():
                             first_or_none(load(p(f"time-sim-sd-{rule}-{C}.json")))))
         for name, cache, b, k, disk, sim in entries:
             rows.append({
-                "decoding": name, "cache": cache, "pool_and_union": name.startswith("SD"),
+                "decoding": name, "cache": cache,
+                "pool_and_union": name in ("SD exact", "SD block", "SD block:conf"),
                 "policy": (b or disk or sim)["policy"],
                 "tau": b["tau"] if b else None,
                 "acceptance_per_depth": b["acceptance"] if b else None,

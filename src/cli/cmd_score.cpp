@@ -17,6 +17,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "cli/speculative.hpp"
 #include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
@@ -32,6 +33,7 @@ void add_score_command(CLI::App& root) {
     int threads = 1;
     int context = 0;
     EngineOptions engine;
+    SpecOptions spec;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = root.add_subcommand(
@@ -45,12 +47,26 @@ void add_score_command(CLI::App& root) {
   cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
       ->check(CLI::Range(0, 1 << 22));
   add_engine_options(cmd, o->engine);
+  // Teacher forced: the continuation's tokens are committed, drafts accepted while they match.
+  add_speculative_options(cmd, o->spec);
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);
-    const schedule::OffloadConfig offload =
-        resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
+    schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
+    apply_speculative(o->spec, request);
+    const schedule::OffloadConfig offload = resolve_policy(request, o->engine.policy, *model);
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, o->context));
+    // --draft: every continuation is verified in blocks behind the drafter's proposals (the
+    // target's logits of its positions then depend on the verification rule, as in decoding).
+    Drafter drafter;
+    std::unique_ptr<engine::SpeculativeDecoder> sd;
+    if (!o->spec.draft.empty()) {
+      drafter = load_drafter(o->spec, o->threads, engine.context(), /*teacher_forced=*/true);
+      const engine::SpecParams params{.draft_k = o->spec.draft_k};
+      sd = drafter.synthetic
+               ? std::make_unique<engine::SpeculativeDecoder>(engine, *drafter.synthetic, params)
+               : std::make_unique<engine::SpeculativeDecoder>(engine, *drafter.engine, params);
+    }
     std::ifstream in(o->requests);
     if (!in) fail(o->requests, "open", "expected a readable JSON-lines file");
     const auto V = static_cast<size_t>(model->config().vocab);
@@ -104,9 +120,22 @@ void add_score_command(CLI::App& root) {
                      "0, as lm-eval computes it\n",
                      o->requests.c_str(), lineno, ctx.size());
       } else {
-        engine.reset();
         logits.resize(ids.size() * V);
-        engine.prefill(ids, logits);
+        if (sd) {
+          // Row i predicts ids[i + 1]: the context's last row from its prefill, the
+          // continuation's from the verified blocks.
+          const std::span<const float> first = sd->begin_forced(ctx, cont[0]);
+          std::copy(first.begin(), first.end(),
+                    logits.begin() + static_cast<ptrdiff_t>((ctx.size() - 1) * V));
+          const std::span<const int32_t> rest(cont);
+          for (size_t pos = 1; pos < cont.size();)
+            pos += static_cast<size_t>(sd->step_forced(
+                rest.subspan(pos), std::span<float>(logits.data() + (ctx.size() - 1 + pos) * V,
+                                                    (cont.size() - pos) * V)));
+        } else {
+          engine.reset();
+          engine.prefill(ids, logits);
+        }
         for (size_t i = ctx.size(); i < ids.size(); ++i) {
           const std::span<const float> row(logits.data() + (i - 1) * V, V);
           sum += engine::token_logprob(row, ids[i]);

@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "../cli_runner.hpp"
 #include "common/json_input.hpp"
@@ -130,6 +132,41 @@ TEST(CliKl, DraftRollbackScoresLikePlainDecoding) {
          "--union-slots 24", "exact.json");
   EXPECT_LT(exact[0]["kl"]["mean"].get<double>(), 1e-6);
   EXPECT_GT(exact[0]["copies_per_token"]["block"].get<double>(), 0.0);
+  fs::remove_all(dir);
+}
+
+// `score --draft`: each continuation verified in blocks behind the drafts; under `rollback` the
+// log-likelihoods are plain PSR's, a synthetic drafter included.
+TEST(CliScore, DraftRollbackScoresLikePlainDecoding) {
+  const fs::path dir = fs::temp_directory_path() / ("steermoe_cli_score_" + std::to_string(getpid()));
+  fs::create_directories(dir);
+  const fs::path requests = dir / "r.jsonl";
+  {
+    std::ofstream out(requests);
+    out << R"({"context": "def read_config(path):\n    with open(path) as f:", "continuation": "\n        return json.load(f)\n"})"
+        << "\n"
+        << R"({"context": "import os", "continuation": "\nimport sys\nimport re\n"})" << "\n";
+  }
+  const std::string base = "score -m " + kSmall.string() + " -f " + requests.string() +
+                           " --policy psr:lambda=0.3,n=1 --cache 24 ";
+  const auto lines = [&](const std::string& extra) {
+    const auto r = run_cli(base + extra);
+    EXPECT_EQ(r.status, 0) << r.output;
+    std::vector<double> ll;
+    std::istringstream in(r.output);
+    for (std::string line; std::getline(in, line);)
+      if (line.rfind("{", 0) == 0) ll.push_back(parse_json(line, "score")["loglikelihood"].get<double>());
+    return ll;
+  };
+  const std::vector<double> plain = lines("");
+  ASSERT_EQ(plain.size(), 2u);
+  const std::string drafter =
+      (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-drafter-small").string();
+  for (const std::string& d : {drafter, std::string("synthetic:0.5")}) {
+    const std::vector<double> spec = lines("--draft " + d + " --spec-select rollback");
+    ASSERT_EQ(spec.size(), plain.size()) << d;
+    for (size_t i = 0; i < plain.size(); ++i) EXPECT_NEAR(spec[i], plain[i], 1e-4) << d;
+  }
   fs::remove_all(dir);
 }
 
