@@ -18,6 +18,7 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
 #include "engine/sampler.hpp"
@@ -59,7 +60,7 @@ void add_score_command(CLI::App& root) {
     std::string line;
     for (int lineno = 1; std::getline(in, line); ++lineno) {
       if (line.empty()) continue;
-      const auto j = nlohmann::json::parse(line, nullptr, false);
+      const auto j = parse_json_or_discarded(line);
       if (j.is_discarded() || !j.is_object() || !j.contains("context") ||
           !j.contains("continuation") || !j["context"].is_string() ||
           !j["continuation"].is_string()) {
@@ -114,7 +115,7 @@ void add_score_command(CLI::App& root) {
         }
       }
       nlohmann::json out{{"loglikelihood", sum}, {"is_greedy", greedy}, {"tokens", cont.size()}};
-      std::printf("%s\n", out.dump().c_str());
+      std::printf("%s\n", dump_json(out).c_str());
     }
   });
 }
