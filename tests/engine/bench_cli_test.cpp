@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../cli_runner.hpp"
+#include "../json_test_util.hpp"
 #include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "common/memory_budget.hpp"
@@ -33,7 +34,7 @@ fs::path temp(const std::string& name) {
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
-  return json::parse(in);
+  return steermoe::test_support::parse_json_stream(in);
 }
 
 // Under `--link sim:P` the engine's own clock is the profile's; `--predict P` replays the routing
