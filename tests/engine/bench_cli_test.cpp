@@ -56,7 +56,8 @@ TEST(BenchCli, PredictionOnTheSimLinkIsTheEnginesSimulatedClock) {
     const double simulated = c.at("simulated_ms_per_token").get<double>();
     for (const json& round : c.at("rounds")) {
       const double engine_clock = round.at("sim_ms_per_token").get<double>();
-      EXPECT_NEAR(simulated, engine_clock, 1e-9 * engine_clock) << c.at("name");
+      EXPECT_NEAR(simulated, engine_clock, 1e-9 * engine_clock)
+          << steermoe::dump_json(c.at("name"));
       ++compared;
     }
   }

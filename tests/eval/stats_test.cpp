@@ -110,7 +110,8 @@ TEST(Stats, SignFlipRandomDrawsAgreeWithExactWithinMonteCarloError) {
     EXPECT_EQ(r.patterns, 200000);
     // Two-sided p is 2 * a tail share: its Monte Carlo sd is at most 2 * sqrt(q (1 - q) / N).
     const double q = std::min(0.5, exact / 2);
-    EXPECT_NEAR(r.p, exact, 5 * 2 * std::sqrt(q * (1 - q) / 200000.0) + 1e-5) << c["name"];
+    EXPECT_NEAR(r.p, exact, 5 * 2 * std::sqrt(q * (1 - q) / 200000.0) + 1e-5)
+        << steermoe::dump_json(c["name"]);
     EXPECT_EQ(sign_flip_test(d, 4, 200000, 7).p, r.p);
   }
 }

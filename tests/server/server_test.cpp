@@ -182,7 +182,7 @@ TEST(Server, PerRequestPolicyIsUsedAndReported) {
   ASSERT_EQ(status, 200) << dump(res);
   EXPECT_EQ(res["steermoe"]["cache"], 32);
   EXPECT_EQ(res["steermoe"]["policy"].get<std::string>().rfind("psr:lambda=0.3", 0), 0u)
-      << res["steermoe"]["policy"];
+      << steermoe::dump_json(res["steermoe"]["policy"]);
   EXPECT_TRUE(res["steermoe"].contains("copies"));
   EXPECT_TRUE(res["steermoe"].contains("ms_per_token"));
   const std::vector<double> psr = engine_logprobs(ids, "psr:lambda=0.3,n=1", 32);
