@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
 #include "policy/router.hpp"
@@ -429,8 +430,8 @@ PYBIND11_MODULE(_core, m) {
             return PyTrace{std::make_shared<trace::Trace>(trace::Trace::open(dir))};
           },
           py::arg("dir"))
-      .def_property_readonly("meta_json",
-                             [](const PyTrace& self) { return self.t->meta().to_json().dump(); })
+      .def_property_readonly(
+          "meta_json", [](const PyTrace& self) { return dump_json(self.t->meta().to_json()); })
       .def_property_readonly("steps", [](const PyTrace& self) { return self.t->steps(); })
       .def_property_readonly("layers", [](const PyTrace& self) { return self.t->layers(); })
       .def_property_readonly("experts", [](const PyTrace& self) { return self.t->experts(); })
@@ -455,7 +456,7 @@ PYBIND11_MODULE(_core, m) {
 
   py::class_<PyTraceWriter>(m, "TraceWriter")
       .def(py::init([](const std::string& dir, const std::string& meta_json, bool with_ws) {
-             const nlohmann::json j = nlohmann::json::parse(meta_json, nullptr, false);
+             const nlohmann::json j = parse_json_or_discarded(meta_json);
              if (j.is_discarded()) throw Error("TraceWriter: meta: expected valid JSON");
              trace::TraceMeta meta = trace::trace_meta_from_json(j, "meta");
              auto w = std::make_unique<PyTraceWriter>();

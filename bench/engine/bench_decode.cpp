@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "bench_common/read_sum.hpp"
+#include "common/json_input.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
 #include "model/weights_layout.hpp"
@@ -213,7 +214,7 @@ int main() {
       const std::string out =
           run_capture(bench.string() + " -m " + gguf.string() + " -p 0 -n " +
                       std::to_string(tokens) + " -t 1,2 -r 3 -o json 2>/dev/null");
-      nlohmann::json parsed = nlohmann::json::parse(out, nullptr, false);
+      nlohmann::json parsed = steermoe::parse_json_or_discarded(out);
       report["llama_cpp"] = parsed.is_discarded() ? nlohmann::json(out) : parsed;
       if (!parsed.is_discarded() && parsed.is_array()) {
         for (auto& run : parsed) {
@@ -230,7 +231,7 @@ int main() {
         }
       }
     }
-    std::printf("%s\n", report.dump(2).c_str());
+    std::printf("%s\n", steermoe::dump_json(report, 2).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_decode: %s\n", e.what());
     return 1;

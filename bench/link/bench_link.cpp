@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "common/json_input.hpp"
 #include "link/disk_link.hpp"
 #include "link/emulated_link.hpp"
 
@@ -162,6 +163,6 @@ int main(int argc, char** argv) {
     }
   }
   out["emulated"] = emulated;
-  std::printf("%s\n", out.dump(2).c_str());
+  std::printf("%s\n", steermoe::dump_json(out, 2).c_str());
   return 0;
 }

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "bench_common/read_sum.hpp"
+#include "common/json_input.hpp"
 #include "engine/engine.hpp"
 #include "kernels/kernels.hpp"
 #include "model/weights.hpp"
@@ -128,7 +129,7 @@ int main(int argc, char** argv) {
     out["threads"] = a.threads;
     if (a.bandwidth) {
       out["read_bytes_per_s"] = read_bandwidth(a.threads, size_t{1} << 30);
-      std::printf("%s\n", out.dump().c_str());
+      std::printf("%s\n", steermoe::dump_json(out).c_str());
       return 0;
     }
     auto model = steermoe::model::Model::load(a.model);
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
     out["test"] = a.prompt > 0 ? "pp" + std::to_string(a.prompt) : "tg" + std::to_string(a.gen);
     out["bytes_per_token"] = model->bytes_per_token();
     out["tok_s"] = tok_s;
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", steermoe::dump_json(out).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_pp_tg: %s\n", e.what());
     return 1;

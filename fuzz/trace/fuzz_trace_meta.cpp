@@ -14,7 +14,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   try {
     const steermoe::trace::TraceMeta meta = steermoe::trace::parse_trace_meta(text, "meta.json");
-    (void)meta.to_json().dump();
+    (void)steermoe::dump_json(meta.to_json());
   } catch (const steermoe::Error&) {
   }
   try {

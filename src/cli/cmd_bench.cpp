@@ -19,6 +19,7 @@
 #include "cli/speculative.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
+#include "common/json_input.hpp"
 #include "common/machine.hpp"
 #include "common/memory_limit.hpp"
 #include "common/output_file.hpp"
@@ -335,11 +336,12 @@ void run_bench_cli(const BenchCli& o) {
   }
   if (!o.profile_out.empty()) {
     if (!probe) fail("profile", "--link", "expected --link disk (the link that is measured)");
-    write_file_atomic(o.profile_out,
-                      measured_profile(results.front(), *probe, cfg,
-                                       std::filesystem::path(o.profile_out).stem().string())
-                              .dump(2) +
-                          "\n");
+    write_file_atomic(
+        o.profile_out,
+        dump_json(measured_profile(results.front(), *probe, cfg,
+                                   std::filesystem::path(o.profile_out).stem().string()),
+                  2) +
+            "\n");
     std::fprintf(stderr, "profile: wrote %s\n", o.profile_out.c_str());
   }
   std::printf("%s", eval::bench_table(results).c_str());
@@ -356,7 +358,7 @@ void run_bench_cli(const BenchCli& o) {
     nlohmann::json doc = eval::bench_json(results, header);
     for (size_t c = 0; c < predicted.size(); ++c)
       if (predicted[c] > 0) doc["configurations"][c]["simulated_ms_per_token"] = predicted[c];
-    write_file_atomic(o.json, doc.dump(1) + "\n");  // complete or absent
+    write_file_atomic(o.json, dump_json(doc, 1) + "\n");  // complete or absent
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
+#include "common/json_input.hpp"
 #include "trace/calibrate.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/trace.hpp"
@@ -46,7 +47,7 @@ void add_calibrate_command(CLI::App& root) {
     nlohmann::json report = trace::calibration_report(calibration, options->cache);
     report["trace"] = options->trace_dir;
     report["output"] = options->output;
-    std::printf("%s\n", report.dump(2).c_str());
+    std::printf("%s\n", dump_json(report, 2).c_str());
   });
 }
 

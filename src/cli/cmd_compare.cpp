@@ -32,10 +32,10 @@ struct CompareCli {
 void write_json(const std::string& path, const nlohmann::json& j) {
   if (path.empty()) return;
   if (path == "-") {
-    std::printf("%s\n", j.dump(2).c_str());
+    std::printf("%s\n", dump_json(j, 2).c_str());
     return;
   }
-  write_file_atomic(path, j.dump(2) + "\n");  // complete or absent
+  write_file_atomic(path, dump_json(j, 2) + "\n");  // complete or absent
 }
 
 void run_compare(const CompareCli& o) {

@@ -15,6 +15,7 @@
 #include "cli/speculative.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
+#include "common/json_input.hpp"
 #include "common/output_file.hpp"
 #include "eval/kl.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -109,7 +110,7 @@ void add_kl_command(CLI::App& root) {
       doc["file"] = o->file;
       doc["window_len"] = o->window_len;
       doc["calibration"] = calib_path;
-      write_file_atomic(o->json, doc.dump(1) + "\n");  // complete or absent
+      write_file_atomic(o->json, dump_json(doc, 1) + "\n");  // complete or absent
     }
   });
 }

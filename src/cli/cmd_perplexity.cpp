@@ -15,6 +15,7 @@
 #include "cli/engine_options.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
+#include "common/json_input.hpp"
 #include "common/memory_limit.hpp"
 #include "common/output_file.hpp"
 #include "engine/engine.hpp"
@@ -99,7 +100,7 @@ void add_perplexity_command(CLI::App& root) {
       std::string lines;
       for (const eval::WindowNll& w : r.windows)
         lines +=
-            nlohmann::json{{"task", o->scores_task}, {"id", w.begin}, {"score", w.nll}}.dump() +
+            dump_json(nlohmann::json{{"task", o->scores_task}, {"id", w.begin}, {"score", w.nll}}) +
             "\n";
       write_file_atomic(o->scores, lines);  // complete or absent
     }
@@ -118,7 +119,7 @@ void add_perplexity_command(CLI::App& root) {
                        {"perplexity", std::exp(mean)},
                        {"seconds", seconds},
                        {"per_window", per_window}};
-    std::printf("%s\n", out.dump(2).c_str());
+    std::printf("%s\n", dump_json(out, 2).c_str());
   });
 }
 

@@ -8,6 +8,7 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "common/output_file.hpp"
 #include "trace/calibration_file.hpp"
 #include "trace/replay.hpp"
@@ -60,14 +61,14 @@ void add_replay_command(CLI::App& root) {
                                   .decisions = options->decisions.empty() ? nullptr : &decisions};
       summaries.push_back(trace::replay_trace(input, calibration, replay));
       all.push_back(summaries.back().to_json());
-      std::printf("%s\n", all.back().dump().c_str());
+      std::printf("%s\n", dump_json(all.back()).c_str());
     }
     if (!options->decisions.empty()) {
       decisions.close();
       if (!decisions) fail(options->decisions, "write", "could not write the decisions file");
     }
     if (!options->json.empty()) {
-      write_file_atomic(options->json, all.dump(2) + "\n");  // complete or absent
+      write_file_atomic(options->json, dump_json(all, 2) + "\n");  // complete or absent
     }
     std::fprintf(stderr, "%s", trace::summary_table(summaries).c_str());
     for (const trace::ReplaySummary& s : summaries)

@@ -19,6 +19,7 @@
 #include "cli/engine_options.hpp"
 #include "cli/speculative.hpp"
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
 #include "engine/sampler.hpp"
@@ -75,7 +76,7 @@ void add_score_command(CLI::App& root) {
     std::string line;
     for (int lineno = 1; std::getline(in, line); ++lineno) {
       if (line.empty()) continue;
-      const auto j = nlohmann::json::parse(line, nullptr, false);
+      const auto j = parse_json_or_discarded(line);
       if (j.is_discarded() || !j.is_object() || !j.contains("context") ||
           !j.contains("continuation") || !j["context"].is_string() ||
           !j["continuation"].is_string()) {
@@ -143,7 +144,7 @@ void add_score_command(CLI::App& root) {
         }
       }
       nlohmann::json out{{"loglikelihood", sum}, {"is_greedy", greedy}, {"tokens", cont.size()}};
-      std::printf("%s\n", out.dump().c_str());
+      std::printf("%s\n", dump_json(out).c_str());
     }
   });
 }

@@ -15,6 +15,7 @@
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "common/output_file.hpp"
 #include "common/progress.hpp"
 #include "schedule/offload_config.hpp"
@@ -227,12 +228,12 @@ void run_sim(const SimOptionsCli& o) {
   const std::string table = markdown(rows, meta.layers);
   const bool json_to_stdout = o.json == "-";
   if (json_to_stdout) {
-    std::printf("%s\n", report.dump(2).c_str());
+    std::printf("%s\n", dump_json(report, 2).c_str());
     std::fprintf(stderr, "%s", table.c_str());
   } else {
     std::printf("%s", table.c_str());
     if (!o.json.empty()) {
-      write_file_atomic(o.json, report.dump(2) + "\n");
+      write_file_atomic(o.json, dump_json(report, 2) + "\n");
     }
   }
   FILE* notes = json_to_stdout ? stderr : stdout;

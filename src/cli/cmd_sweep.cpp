@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -17,6 +18,7 @@
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "common/output_file.hpp"
 #include "eval/grid.hpp"
 
@@ -68,13 +70,14 @@ std::string tag(const std::string& policy, const std::string& cache) {
 
 json read_json(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
-  json j = json::parse(in, nullptr, false);
+  const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+  json j = parse_json_or_discarded(text);
   if (j.is_discarded()) fail(p.string(), "json", "expected valid JSON (delete it to recompute)");
   return j;
 }
 
 void write_json(const fs::path& p, const json& j) {
-  write_file_atomic(p, j.dump(1) + "\n");  // complete or absent; write errors checked
+  write_file_atomic(p, dump_json(j, 1) + "\n");  // complete or absent; write errors checked
 }
 
 void run_sweep(const SweepCli& o) {
@@ -109,7 +112,7 @@ void run_sweep(const SweepCli& o) {
         fail(meta.string(), key,
              "expected {} as in the earlier run of this folder, found {} (use "
              "another -o)",
-             old.contains(key) ? old[key].dump() : "null", value.dump());
+             old.contains(key) ? dump_json(old[key]) : "null", dump_json(value));
   } else {
     write_json(meta, options);
   }

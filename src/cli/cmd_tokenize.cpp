@@ -9,8 +9,9 @@
 #include <vector>
 
 #include "cli/commands.hpp"
-#include "common/input_file.hpp"
 #include "common/error.hpp"
+#include "common/input_file.hpp"
+#include "common/json_input.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
@@ -84,7 +85,7 @@ void add_tokenize_command(CLI::App& root) {
     const std::string input = file->count() ? read_file(options->file) : options->text;
     const std::vector<tokenizer::TokenId> ids = tok.encode(
         input, {.parse_special = !options->no_parse_special, .add_special = options->add_special});
-    std::printf("%s\n", nlohmann::json(ids).dump().c_str());
+    std::printf("%s\n", dump_json(nlohmann::json(ids)).c_str());
   });
 }
 

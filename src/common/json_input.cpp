@@ -120,6 +120,37 @@ nlohmann::ordered_json read_ordered_json_file(const std::string& path, const cha
   return parse_ordered_json(read_input_file(path, what, kMaxJsonFileBytes), path);
 }
 
+nlohmann::json parse_json_or_discarded(std::string_view text) {
+  return nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+nlohmann::ordered_json parse_ordered_json_or_discarded(std::string_view text) {
+  return nlohmann::ordered_json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+nlohmann::json parse_json_or_throw(std::string_view text) {
+  return nlohmann::json::parse(text);
+}
+
+nlohmann::ordered_json parse_ordered_json_or_throw(std::string_view text) {
+  return nlohmann::ordered_json::parse(text);
+}
+
+nlohmann::json parse_json_with_callback(std::string_view text,
+                                        const nlohmann::json::parser_callback_t& callback) {
+  return nlohmann::json::parse(text.begin(), text.end(), callback);
+}
+
+std::string dump_json(const nlohmann::json& value, int indent, char indent_char, bool ensure_ascii,
+                      nlohmann::json::error_handler_t error_handler) {
+  return value.dump(indent, indent_char, ensure_ascii, error_handler);
+}
+
+std::string dump_json(const nlohmann::ordered_json& value, int indent, char indent_char,
+                      bool ensure_ascii, nlohmann::ordered_json::error_handler_t error_handler) {
+  return value.dump(indent, indent_char, ensure_ascii, error_handler);
+}
+
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {
   return excerpt_of(value, max_chars);
 }

@@ -35,6 +35,34 @@ nlohmann::ordered_json parse_ordered_json(std::string_view text, const std::stri
 nlohmann::json read_json_file(const std::string& path, const char* what);
 nlohmann::ordered_json read_ordered_json_file(const std::string& path, const char* what);
 
+// Thin out-of-line wrappers over nlohmann's parser and serialiser. They exist for compile time:
+// every translation unit that calls json::parse or dump() itself instantiates the whole parser
+// (about 11 s more per file under the ASan build's flags) or serialiser (about 7 s); through
+// these only json_input.cpp does. Each behaves exactly as the nlohmann call it names, errors
+// and exceptions included; none checks the nesting depth (parse_json above does). Mind the type:
+// a json result assigned to an ordered_json converts silently and loses the key order.
+
+// nlohmann::json::parse(text, nullptr, false): the value, or a discarded value (is_discarded())
+// when the text is not valid JSON.
+nlohmann::json parse_json_or_discarded(std::string_view text);
+nlohmann::ordered_json parse_ordered_json_or_discarded(std::string_view text);
+// nlohmann::json::parse(text): throws nlohmann::json::parse_error (out_of_range for numbers
+// beyond double range) rather than steermoe::Error.
+nlohmann::json parse_json_or_throw(std::string_view text);
+nlohmann::ordered_json parse_ordered_json_or_throw(std::string_view text);
+// nlohmann::json::parse(text, callback): throws as parse_json_or_throw.
+nlohmann::json parse_json_with_callback(std::string_view text,
+                                        const nlohmann::json::parser_callback_t& callback);
+// value.dump(indent, indent_char, ensure_ascii, error_handler); also what `os << value` writes
+// (with indent = os.width() when that is positive).
+std::string dump_json(
+    const nlohmann::json& value, int indent = -1, char indent_char = ' ', bool ensure_ascii = false,
+    nlohmann::json::error_handler_t error_handler = nlohmann::json::error_handler_t::strict);
+std::string dump_json(const nlohmann::ordered_json& value, int indent = -1, char indent_char = ' ',
+                      bool ensure_ascii = false,
+                      nlohmann::ordered_json::error_handler_t error_handler =
+                          nlohmann::ordered_json::error_handler_t::strict);
+
 // A short JSON rendering of `value` for error messages: at most max_chars characters (then
 // "..." and the type), built without serialising the whole value.
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = kJsonExcerptChars);

@@ -45,7 +45,7 @@ double score_value(const json& v, const std::string& where, const std::string& f
 
 json parse_line(const std::string& line, const std::string& where) {
   check_json_depth(line, where);  // before anything can recurse over a hostile nesting
-  json j = json::parse(line, nullptr, false);
+  json j = parse_json_or_discarded(line);
   if (j.is_discarded() || !j.is_object()) fail(where, "line", "expected a JSON object");
   return j;
 }

@@ -213,7 +213,7 @@ void fill_common(const HfFields& f, ModelConfig& c) {
   if (f.has("quantization_config") && !f.raw("quantization_config").is_null()) {
     const Json& q = f.raw("quantization_config");
     if (!q.is_object()) {
-      fail(f.where(), "quantization_config", "expected an object, found {}", q.dump());
+      fail(f.where(), "quantization_config", "expected an object, found {}", dump_json(q));
     }
     HfFields qf(q, f.where());
     const std::string method = qf.string_or("quant_method", "");
@@ -228,7 +228,7 @@ void fill_common(const HfFields& f, ModelConfig& c) {
       const Json& b = qf.raw("weight_block_size");
       if (b != Json::array({128, 128})) {
         fail(f.where(), "quantization_config.weight_block_size", "expected [128, 128], found {}",
-             b.dump());
+             dump_json(b));
       }
     }
     c.fp8_block_scales = true;
@@ -273,7 +273,7 @@ void sparse_moe_layers_to_hf(const ModelConfig& c, Json& j) {
 
 ModelConfig parse_hf_config(std::string_view json_text, const std::string& where) {
   check_json_depth(json_text, where);  // before anything can recurse over a hostile nesting
-  Json j = Json::parse(json_text, nullptr, /*allow_exceptions=*/false);
+  Json j = parse_json_or_discarded(json_text);
   if (j.is_discarded()) fail(where, "json", "expected a valid JSON document");
   if (!j.is_object()) fail(where, "json", "expected a JSON object at the top level");
   HfFields f(j, where);
@@ -334,7 +334,7 @@ std::string hf_config_json(const ModelConfig& c, std::string_view torch_dtype) {
   if (c.bos_token >= 0) j["bos_token_id"] = c.bos_token;
   if (c.eos_token >= 0) j["eos_token_id"] = c.eos_token;
   family_def(c.family).to_hf(c, j);
-  return j.dump(2) + "\n";
+  return dump_json(j, 2) + "\n";
 }
 
 }  // namespace steermoe::model

@@ -73,7 +73,7 @@ json parse_json_strict(std::string_view text, const std::string& where, const st
   };
   json parsed;
   try {
-    parsed = json::parse(text.begin(), text.end(), callback);
+    parsed = parse_json_with_callback(text, callback);
   } catch (const json::exception& e) {
     fail(where, field, "expected valid UTF-8 JSON ({})", e.what());
   }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "common/progress.hpp"
 #include "model/safetensors.hpp"
 
@@ -75,7 +76,7 @@ void write_file(const std::filesystem::path& path,
                        {"data_offsets", {offset, offset + t.nbytes}}};
     offset += t.nbytes;
   }
-  std::string text = header.dump();
+  std::string text = dump_json(header);
   // Pad with spaces so the data section (and every 8-byte-sized tensor) starts 8-aligned.
   text.append((8 - text.size() % 8) % 8, ' ');
 
@@ -228,7 +229,7 @@ std::vector<std::string> ShardedSafetensorsWriter::finish() {
   for (size_t i = 0; i < shards.size(); ++i) write_file(folder_ / files[i], metadata_, shards[i]);
 
   const json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", weight_map}};
-  const std::string text = index.dump(2) + "\n";
+  const std::string text = dump_json(index, 2) + "\n";
   OutputFile out(folder_ / Checkpoint::kIndexFile);
   out.write(text.data(), text.size());
   out.commit();

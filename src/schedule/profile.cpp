@@ -130,7 +130,7 @@ HardwareProfile load_profile(std::string_view name_or_path,
   check_json_depth(text, path.string());  // before anything can recurse over a hostile nesting
   nlohmann::json json;
   try {
-    json = nlohmann::json::parse(text);
+    json = parse_json_or_throw(text);
   } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (huge numbers)
     fail(path.string(), "(json)", "expected valid JSON: {}", e.what());
   }

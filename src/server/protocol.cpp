@@ -5,6 +5,7 @@
 #include <set>
 
 #include "common/error.hpp"
+#include "common/json_input.hpp"
 #include "server/utf8.hpp"
 
 namespace steermoe::server {
@@ -294,7 +295,7 @@ json parse_body(const std::string& body, const ProtocolLimits& limits) {
       --depth;
     }
   }
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  json j = parse_ordered_json_or_discarded(body);
   if (j.is_discarded()) {
     bad("", "the request body is not valid JSON (or not valid UTF-8)");
   }
@@ -594,7 +595,7 @@ json chat_response(const Job& job, const tokenizer::Tokenizer& tok, const ChatRe
 }
 
 std::string dump(const json& j) {
-  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+  return dump_json(j, -1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string sse(const json& chunk) {

@@ -31,7 +31,7 @@ std::string read_text_file(const std::filesystem::path& path) {
 json parse_json(std::string_view text, const std::string& where) {
   check_json_depth(text, where);  // before anything can recurse over a hostile nesting
   try {
-    return json::parse(text);
+    return parse_json_or_throw(text);
   } catch (const json::exception& e) {
     fail(where, "JSON", "expected a valid JSON document: {}", e.what());
   }
@@ -281,7 +281,7 @@ std::string checked_utf8(const std::string& text, const std::string& what) {
 
 std::string dump(const ordered_json& document) {
   try {
-    return document.dump(2, ' ', false, ordered_json::error_handler_t::strict) + "\n";
+    return dump_json(document, 2, ' ', false, ordered_json::error_handler_t::strict) + "\n";
   } catch (const ordered_json::exception& e) {
     fail("tokenizer.json writer", "JSON", "cannot serialise: {}", e.what());
   }

@@ -101,7 +101,7 @@ DecisionRecord parse_decision_line(std::string_view line, const std::string& whe
   json object;
   try {
     check_json_depth(line, where);
-    object = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    object = parse_json_or_discarded(line);
   } catch (const json::exception&) {
     object = json(json::value_t::discarded);
   }
@@ -290,7 +290,7 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
     step.run_token(trace.token(t), driver);
   }
   if (options.decisions != nullptr) {
-    *options.decisions << summary.to_json().dump() << "\n";
+    *options.decisions << dump_json(summary.to_json()) << "\n";
     if (!*options.decisions) fail("decisions", "write", "could not write the decisions output");
   }
   return summary;

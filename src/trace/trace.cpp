@@ -163,11 +163,11 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
 
 TraceMeta parse_trace_meta(std::string_view text, const std::string& where) {
   check_json_depth(text, where);  // before anything can recurse over a hostile nesting
-  json object = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  json object = parse_json_or_discarded(text);
   if (object.is_discarded()) {
     // Parse again with exceptions for the position of the error.
     try {
-      object = json::parse(text);
+      object = parse_json_or_throw(text);
     } catch (const json::exception& e) {  // parse_error, and out_of_range for huge numbers
       fail(where, "json", "expected valid JSON ({})", e.what());
     }
@@ -343,7 +343,7 @@ void TraceWriter::close() {
                      std::span<const uint64_t>(&count, 1));
   const std::filesystem::path meta_path = dir_ / "meta.json";
   std::ofstream out(meta_path, std::ios::binary | std::ios::trunc);
-  out << meta_.to_json().dump(2) << "\n";
+  out << dump_json(meta_.to_json(), 2) << "\n";
   out.close();
   if (!out) fail(meta_path.string(), "write", "could not write meta.json");
   staged_.commit();

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../cli_runner.hpp"
+#include "../json_test_util.hpp"
 #include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "common/memory_budget.hpp"
@@ -33,7 +34,7 @@ fs::path temp(const std::string& name) {
 
 json read_json(const fs::path& p) {
   std::ifstream in(p);
-  return json::parse(in);
+  return steermoe::test_support::parse_json_stream(in);
 }
 
 // Under `--link sim:P` the engine's own clock is the profile's; `--predict P` replays the routing
@@ -55,7 +56,8 @@ TEST(BenchCli, PredictionOnTheSimLinkIsTheEnginesSimulatedClock) {
     const double simulated = c.at("simulated_ms_per_token").get<double>();
     for (const json& round : c.at("rounds")) {
       const double engine_clock = round.at("sim_ms_per_token").get<double>();
-      EXPECT_NEAR(simulated, engine_clock, 1e-9 * engine_clock) << c.at("name");
+      EXPECT_NEAR(simulated, engine_clock, 1e-9 * engine_clock)
+          << steermoe::dump_json(c.at("name"));
       ++compared;
     }
   }

@@ -14,6 +14,7 @@
 
 #include "../cli_runner.hpp"
 #include "../f32_file.hpp"
+#include "../json_test_util.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -31,7 +32,8 @@ using test_support::read_f32;
 
 std::string token_list(const std::string& model) {
   std::ifstream in(kOracle / model / "tokens.json");
-  const auto ids = json::parse(in).at("tokens").get<std::vector<int>>();
+  const auto ids =
+      steermoe::test_support::parse_json_stream(in).at("tokens").get<std::vector<int>>();
   std::string s;
   for (int id : ids) {
     if (!s.empty()) s += ',';
@@ -106,7 +108,7 @@ TEST(Cli, TraceWritesTraceFolder) {
                        text.string() + " -o " + dir.string() + " --window 16");
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream meta_in(dir / "meta.json");
-  const json meta = json::parse(meta_in);
+  const json meta = steermoe::test_support::parse_json_stream(meta_in);
   EXPECT_EQ(meta.at("layers"), 3);
   EXPECT_EQ(meta.at("experts"), 16);
   EXPECT_EQ(meta.at("router"), "sigmoid");
@@ -123,7 +125,7 @@ TEST(Cli, PerplexityPrintsJson) {
   const Result r = run("perplexity -m " + (kOracle / "qwen3moe" / "model.gguf").string() + " -f " +
                        text.string() + " --window 16");
   ASSERT_EQ(r.status, 0) << r.output;
-  const json j = json::parse(r.output.substr(r.output.find('{')));
+  const json j = steermoe::parse_json_or_throw(r.output.substr(r.output.find('{')));
   EXPECT_GT(j.at("windows").get<int>(), 1);
   const double ppl = j.at("perplexity").get<double>();
   EXPECT_GT(ppl, 1.0);
@@ -143,18 +145,20 @@ TEST(Cli, ScoreContinuationMergedIntoTheContextIsZeroLikeLmEval) {
   const Result half = run("tokenize -m " + model + " --text '**'");
   ASSERT_EQ(half.status, 0) << half.output;
   // The premise: "****" is no more tokens than "**" (else the case below would not arise).
-  ASSERT_LE(json::parse(merged.output).size(), json::parse(half.output).size()) << merged.output;
+  ASSERT_LE(steermoe::parse_json_or_throw(merged.output).size(),
+            steermoe::parse_json_or_throw(half.output).size())
+      << merged.output;
   const fs::path requests = temp("score_merged.jsonl");
-  std::ofstream(requests) << json{{"context", "a line\n**"}, {"continuation", "**"}}.dump() << "\n"
-                          << json{{"context", "a line\n"}, {"continuation", "of text"}}.dump()
-                          << "\n";
+  std::ofstream(requests)
+      << steermoe::dump_json(json{{"context", "a line\n**"}, {"continuation", "**"}}) << "\n"
+      << steermoe::dump_json(json{{"context", "a line\n"}, {"continuation", "of text"}}) << "\n";
   const Result r = run("score -m " + model + " -f " + requests.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("adds no token"));
   std::vector<json> rows;
   std::istringstream lines(r.output);
   for (std::string line; std::getline(lines, line);) {
-    if (!line.empty() && line[0] == '{') rows.push_back(json::parse(line));
+    if (!line.empty() && line[0] == '{') rows.push_back(steermoe::parse_json_or_throw(line));
   }
   ASSERT_EQ(rows.size(), 2u) << r.output;
   EXPECT_EQ(rows[0].at("tokens").get<int>(), 0);
@@ -183,8 +187,8 @@ TEST(Cli, PerplexityUnderACacheAwarePolicy) {
           " --window 32 --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
   ASSERT_EQ(exact.status, 0) << exact.output;
   ASSERT_EQ(psr.status, 0) << psr.output;
-  const json je = json::parse(exact.output.substr(exact.output.find('{')));
-  const json jp = json::parse(psr.output.substr(psr.output.find('{')));
+  const json je = steermoe::parse_json_or_throw(exact.output.substr(exact.output.find('{')));
+  const json jp = steermoe::parse_json_or_throw(psr.output.substr(psr.output.find('{')));
   EXPECT_EQ(jp.at("cache"), 6);
   EXPECT_NE(je.at("nll").get<double>(), jp.at("nll").get<double>());
   // A calibration of another model's shape is rejected, naming the file.
@@ -203,7 +207,7 @@ TEST(Cli, PerplexityUnderACacheAwarePolicy) {
           " --window 32 --policy psr:lambda=1,n=1 --cache 6 --calib " + calib.string());
   ASSERT_EQ(rec.status, 0) << rec.output;
   std::ifstream meta_in(closed / "meta.json");
-  const json meta = json::parse(meta_in);
+  const json meta = steermoe::test_support::parse_json_stream(meta_in);
   EXPECT_EQ(meta.at("policy"), "psr:lambda=1,n=1");
   EXPECT_EQ(meta.at("cache_slots"), 6);
   const Result rep = run("replay --trace " + closed.string() + " --calib " + calib.string() +

@@ -10,11 +10,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "../error_text.hpp"
+#include "../json_test_util.hpp"
 #include "common/error.hpp"
 #include "model/gguf.hpp"
 #include "model/hf_config.hpp"
-
-#include "../error_text.hpp"
 
 namespace steermoe::model {
 namespace {
@@ -27,11 +27,11 @@ const fs::path kOracle = fs::path(STEERMOE_ORACLE_DIR);
 
 json oracle_json(const std::string& model) {
   std::ifstream in(kOracle / model / "hf" / "config.json");
-  return json::parse(in);
+  return steermoe::test_support::parse_json_stream(in);
 }
 
 std::string error_of(const json& j) {
-  return test_support::error_text([&] { parse_hf_config(j.dump(), "cfg.json"); });
+  return test_support::error_text([&] { parse_hf_config(steermoe::dump_json(j), "cfg.json"); });
 }
 
 std::string parse_error_text(const std::string& text) {
@@ -107,7 +107,8 @@ TEST(HfConfig, WrittenConfigReadsBack) {
 
 TEST(HfConfig, RejectsBadFilesNamingFileFieldAndExpectation) {
   json j = oracle_json("qwen3moe");
-  EXPECT_THAT(error_of(json::parse("[1,2]")), HasSubstr("cfg.json: json: expected a JSON object"));
+  EXPECT_THAT(error_of(steermoe::parse_json_or_throw("[1,2]")),
+              HasSubstr("cfg.json: json: expected a JSON object"));
   EXPECT_THAT(parse_error_text("{not json"), HasSubstr("expected a valid JSON document"));
 
   json bad = j;

@@ -16,16 +16,16 @@
 #include <string>
 #include <vector>
 
-#include "common/error.hpp"
-#include "engine/engine.hpp"
-#include "model/hf_config.hpp"
-#include "policy/calibration.hpp"
-
 #include "../cli_runner.hpp"
 #include "../error_text.hpp"
 #include "../f32_file.hpp"
 #include "../isa_guard.hpp"
+#include "../json_test_util.hpp"
 #include "../offload_params.hpp"
+#include "common/error.hpp"
+#include "engine/engine.hpp"
+#include "model/hf_config.hpp"
+#include "policy/calibration.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -41,7 +41,7 @@ using test_support::read_f32;
 
 std::vector<int32_t> reference_tokens() {
   std::ifstream in(kModel / "reference.json");
-  return nlohmann::json::parse(in).at("tokens").get<std::vector<int32_t>>();
+  return steermoe::test_support::parse_json_stream(in).at("tokens").get<std::vector<int32_t>>();
 }
 
 std::vector<float> decode_all(Engine& e, const std::vector<int32_t>& tokens) {
@@ -240,7 +240,7 @@ TEST(DenseQwen3, CommandsRunWithDefaultOptions) {
     EXPECT_LT(max_abs_diff(read_f32(out), read_f32(temp("dense_logits_b.bin"))), kTolerance);
     r = cli("perplexity" + m + " -f " + text.string() + " --window 16");
     ASSERT_EQ(r.status, 0) << r.output;
-    const nlohmann::json j = nlohmann::json::parse(r.output.substr(r.output.find('{')));
+    const nlohmann::json j = steermoe::parse_json_or_throw(r.output.substr(r.output.find('{')));
     EXPECT_GT(j.at("perplexity").get<double>(), 1.0);
     r = cli("score" + m + " --requests " + requests.string());
     EXPECT_EQ(r.status, 0) << r.output;

@@ -17,6 +17,7 @@
 
 #include "../cli_runner.hpp"
 #include "../isa_guard.hpp"
+#include "../json_test_util.hpp"
 #include "../offload_params.hpp"
 #include "engine/engine.hpp"
 
@@ -49,7 +50,7 @@ Reference load_reference(const std::string& name) {
   Reference r;
   const fs::path d = kData / name;
   std::ifstream in(d / "reference.json");
-  const nlohmann::json j = nlohmann::json::parse(in);
+  const nlohmann::json j = steermoe::test_support::parse_json_stream(in);
   r.tokens = j.at("tokens").get<std::vector<int32_t>>();
   r.vocab = j.at("vocab").get<int>();
   r.moe_layers = j.at("moe_layers").get<int>();

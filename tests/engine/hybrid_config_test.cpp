@@ -12,14 +12,14 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../error_text.hpp"
+#include "../json_test_util.hpp"
 #include "common/error.hpp"
 #include "model/config.hpp"
 #include "model/gguf.hpp"
 #include "model/hf_config.hpp"
 #include "model/weights.hpp"
 #include "model/weights_layout.hpp"
-
-#include "../error_text.hpp"
 
 namespace steermoe::model {
 namespace {
@@ -32,11 +32,11 @@ const fs::path kData = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "hf_mo
 
 json config_of(const std::string& model) {
   std::ifstream in(kData / model / "config.json");
-  return json::parse(in);
+  return steermoe::test_support::parse_json_stream(in);
 }
 
 std::string error_of(const json& j) {
-  return test_support::error_text([&] { parse_hf_config(j.dump(), "cfg.json"); });
+  return test_support::error_text([&] { parse_hf_config(steermoe::dump_json(j), "cfg.json"); });
 }
 
 TEST(ConfigVariants, Transformers5Spellings) {
@@ -48,7 +48,7 @@ TEST(ConfigVariants, Transformers5Spellings) {
   j.erase("num_local_experts");
   EXPECT_THAT(error_of(j), HasSubstr("cfg.json: num_experts or num_local_experts: missing"));
   j["num_experts"] = 16;
-  EXPECT_EQ(parse_hf_config(j.dump(), "cfg.json").experts, 16);
+  EXPECT_EQ(parse_hf_config(steermoe::dump_json(j), "cfg.json").experts, 16);
 
   const ModelConfig o = load_hf_config(kData / "olmoe_clip" / "config.json");
   EXPECT_FLOAT_EQ(o.clip_qkv, 0.6f);
@@ -119,7 +119,8 @@ TEST(ConfigVariants, HybridFamilies) {
   json j = config_of("qwen3_next");
   j.erase("layer_types");
   j["full_attention_interval"] = 2;
-  EXPECT_EQ(parse_hf_config(j.dump(), "cfg.json").linear_layer, (std::vector<uint8_t>{1, 0, 1, 0}));
+  EXPECT_EQ(parse_hf_config(steermoe::dump_json(j), "cfg.json").linear_layer,
+            (std::vector<uint8_t>{1, 0, 1, 0}));
 }
 
 TEST(ConfigVariants, HybridBadInput) {

@@ -16,12 +16,12 @@
 #include <numeric>
 #include <set>
 
-#include "engine/engine.hpp"
-#include "engine/sampler.hpp"
-
 #include "../f32_file.hpp"
 #include "../isa_guard.hpp"
+#include "../json_test_util.hpp"
 #include "../pregate_check.hpp"
+#include "engine/engine.hpp"
+#include "engine/sampler.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -44,7 +44,7 @@ TEST_P(ShippedModel, MatchesPyTorchReference) {
   test_support::F32ActivationKernels f32_kernels;
   auto model = model::Model::load(kModel);
   std::ifstream in(kModel / "reference" / "reference.json");
-  const nlohmann::json ref = nlohmann::json::parse(in);
+  const nlohmann::json ref = steermoe::test_support::parse_json_stream(in);
   const auto V = static_cast<size_t>(model->config().vocab);
   const auto K = static_cast<size_t>(model->config().top_k);
   const size_t L = static_cast<size_t>(model->config().moe_layer_count());
@@ -98,7 +98,7 @@ TEST_P(ShippedMoeModel, PregateMatchesPyTorchReference) {
   test_support::F32ActivationKernels f32_kernels;
   auto model = model::Model::load(kModel);
   std::ifstream in(ref_file);
-  const nlohmann::json ref = nlohmann::json::parse(in);
+  const nlohmann::json ref = steermoe::test_support::parse_json_stream(in);
   const auto E = static_cast<size_t>(model->config().experts);
   const auto L = static_cast<size_t>(model->config().moe_layer_count());
   ASSERT_EQ(ref.at("layers").get<size_t>(), L);

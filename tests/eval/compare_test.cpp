@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "../json_test_util.hpp"
 #include "common/error.hpp"
 #include "test_util.hpp"
 
@@ -22,7 +23,7 @@ using testing::kData;
 using testing::value;
 
 void expect_rows(const json& got, const json& want) {
-  ASSERT_EQ(got.size(), want.size()) << got.dump(1);
+  ASSERT_EQ(got.size(), want.size()) << steermoe::dump_json(got, 1);
   for (size_t i = 0; i < want.size(); ++i) {
     SCOPED_TRACE(want[i]["task"].get<std::string>());
     EXPECT_EQ(got[i]["task"], want[i]["task"]);
@@ -168,7 +169,7 @@ TEST(Compare, BadScoreLinesNameFileLineAndField) {
 
 TEST(Compare, LatencyRatiosFromBenchJsonMatchScipy) {
   std::ifstream in(kData / "bench_fixture.json");
-  const json bench = json::parse(in);
+  const json bench = steermoe::test_support::parse_json_stream(in);
   const auto rows = compare_latency(bench, "bench_fixture.json", "");
   const json got = latency_json(rows);
   const json& want = expected().at("compare_latency");
@@ -192,7 +193,7 @@ TEST(Compare, LatencyRatiosFromBenchJsonMatchScipy) {
 
 TEST(Compare, LatencyRoundsMustPair) {
   std::ifstream in(kData / "bench_fixture.json");
-  json bench = json::parse(in);
+  json bench = steermoe::test_support::parse_json_stream(in);
   bench["configurations"][1]["rounds"].erase(2);
   EXPECT_THROW(compare_latency(bench, "x.json", ""), Error);
   bench["configurations"][1]["rounds"][0]["ms_per_token"]["mean"] = -1;
@@ -208,7 +209,7 @@ TEST(Compare, CliWritesMarkdownAndJson) {
   EXPECT_THAT(r.output, ::testing::HasSubstr("mcnemar"));
   EXPECT_THAT(r.output, ::testing::HasSubstr("95% lower bound"));
   std::ifstream in(out);
-  expect_rows(json::parse(in), expected().at("compare_scores"));
+  expect_rows(steermoe::test_support::parse_json_stream(in), expected().at("compare_scores"));
 
   const auto lat = testing::run_cli("compare --latency " + (kData / "bench_fixture.json").string());
   ASSERT_EQ(lat.status, 0) << lat.output;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <vector>
 
+#include "../json_test_util.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::eval {
@@ -46,17 +47,17 @@ TEST(Stats, StudentTQuantileMatchesClosedForms) {
 
 TEST(Stats, StudentTCdfMatchesScipy) {
   for (const auto& c : expected().at("t_cdf"))
-    EXPECT_TRUE(close(student_t_cdf(c["t"], c["df"]), c["value"], 1e-12)) << c.dump();
+    EXPECT_TRUE(close(student_t_cdf(c["t"], c["df"]), c["value"], 1e-12)) << steermoe::dump_json(c);
   // Upper tails: 1 - cdf loses digits, so check the p-value path (two-sided t-test) directly.
   for (const auto& c : expected().at("t_sf")) {
     const double t = c["t"], df = c["df"];
-    EXPECT_TRUE(close(student_t_cdf(-t, df), c["value"], 1e-11)) << c.dump();
+    EXPECT_TRUE(close(student_t_cdf(-t, df), c["value"], 1e-11)) << steermoe::dump_json(c);
   }
 }
 
 TEST(Stats, NormalQuantileMatchesScipy) {
   for (const auto& c : expected().at("normal_quantile"))
-    EXPECT_TRUE(close(normal_quantile(c["p"]), c["value"], 1e-12)) << c.dump();
+    EXPECT_TRUE(close(normal_quantile(c["p"]), c["value"], 1e-12)) << steermoe::dump_json(c);
 }
 
 TEST(Stats, MeanTIntervalMatchesScipy) {
@@ -79,7 +80,7 @@ TEST(Stats, MeanTIntervalMatchesScipy) {
 
 TEST(Stats, McNemarExactMatchesScipyBinomtest) {
   for (const auto& c : expected().at("mcnemar")) {
-    EXPECT_TRUE(close(mcnemar_exact_p(c["b"], c["c"]), c["p"], 1e-9)) << c.dump();
+    EXPECT_TRUE(close(mcnemar_exact_p(c["b"], c["c"]), c["p"], 1e-9)) << steermoe::dump_json(c);
     // Symmetric in b and c.
     EXPECT_EQ(mcnemar_exact_p(c["b"], c["c"]), mcnemar_exact_p(c["c"], c["b"]));
   }
@@ -109,7 +110,8 @@ TEST(Stats, SignFlipRandomDrawsAgreeWithExactWithinMonteCarloError) {
     EXPECT_EQ(r.patterns, 200000);
     // Two-sided p is 2 * a tail share: its Monte Carlo sd is at most 2 * sqrt(q (1 - q) / N).
     const double q = std::min(0.5, exact / 2);
-    EXPECT_NEAR(r.p, exact, 5 * 2 * std::sqrt(q * (1 - q) / 200000.0) + 1e-5) << c["name"];
+    EXPECT_NEAR(r.p, exact, 5 * 2 * std::sqrt(q * (1 - q) / 200000.0) + 1e-5)
+        << steermoe::dump_json(c["name"]);
     EXPECT_EQ(sign_flip_test(d, 4, 200000, 7).p, r.p);
   }
 }
@@ -121,7 +123,8 @@ TEST(Stats, HolmMatchesDefinition) {
     const auto adj = holm(p);
     ASSERT_EQ(adj.size(), p.size());
     for (size_t i = 0; i < p.size(); ++i)
-      EXPECT_TRUE(close(adj[i], value(c["adjusted"][i]), 1e-15)) << c.dump() << " at " << i;
+      EXPECT_TRUE(close(adj[i], value(c["adjusted"][i]), 1e-15))
+          << steermoe::dump_json(c) << " at " << i;
   }
 }
 

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <set>
 
+#include "../json_test_util.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::eval {
@@ -19,7 +20,7 @@ using nlohmann::json;
 
 json read(const fs::path& p) {
   std::ifstream in(p);
-  return json::parse(in);
+  return steermoe::test_support::parse_json_stream(in);
 }
 
 TEST(Sweep, RunsEveryPointMergesAndResumes) {

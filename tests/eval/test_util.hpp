@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../cli_runner.hpp"
+#include "../json_test_util.hpp"
 
 namespace steermoe::eval::testing {
 
@@ -18,7 +19,7 @@ inline const std::filesystem::path kData =
 inline const nlohmann::json& expected() {
   static const nlohmann::json j = [] {
     std::ifstream in(kData / "expected.json");
-    return nlohmann::json::parse(in);
+    return steermoe::test_support::parse_json_stream(in);
   }();
   return j;
 }

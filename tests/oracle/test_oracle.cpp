@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "../f32_file.hpp"
+#include "../json_test_util.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
-
-#include "../f32_file.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -33,7 +33,7 @@ constexpr float kWeightTolerance = 1e-5f;
 Json read_json(const fs::path& p) {
   std::ifstream in(p);
   EXPECT_TRUE(in.good()) << p;
-  return Json::parse(in);
+  return steermoe::test_support::parse_json_stream(in);
 }
 
 using test_support::read_f32;

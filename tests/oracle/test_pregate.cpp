@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.hpp"
-
 #include "../f32_file.hpp"
+#include "../json_test_util.hpp"
 #include "../pregate_check.hpp"
+#include "engine/engine.hpp"
 
 namespace steermoe::engine {
 namespace {
@@ -56,7 +56,7 @@ TEST_P(OraclePregate, MatchesNumpyRecomputation) {
   const PregateCase& c = GetParam();
   std::ifstream in(kReference / (c.model + ".json"));
   ASSERT_TRUE(in.good()) << kReference / (c.model + ".json");
-  const Json ref = Json::parse(in);
+  const Json ref = steermoe::test_support::parse_json_stream(in);
   const auto tokens = ref.at("tokens").get<std::vector<int32_t>>();
   const auto L = ref.at("moe_layers").get<size_t>();
   const auto E = ref.at("experts").get<size_t>();

@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "../json_test_util.hpp"
+
 extern char** environ;
 
 namespace steermoe {
@@ -223,9 +225,10 @@ TEST(Reliability, DeepJsonInEveryReaderIsAnError) {
 TEST(Reliability, ErrorMessagesQuoteShortExcerpts) {
   Scratch s;
   fs::create_directory(s / "hf");
-  nlohmann::json config = nlohmann::json::parse(slurp(kOracle / "olmoe" / "hf" / "config.json"));
+  nlohmann::json config =
+      steermoe::parse_json_or_throw(slurp(kOracle / "olmoe" / "hf" / "config.json"));
   config["hidden_size"] = std::string(100000, 'x');
-  write(s / "hf" / "config.json", config.dump());
+  write(s / "hf" / "config.json", steermoe::dump_json(config));
   const Child c = run_binary({"run", "-m", (s / "hf").string(), "-p", "x"}, s);
   EXPECT_EQ(c.exit_status, 1);
   EXPECT_THAT(c.err, HasSubstr("hidden_size"));
@@ -370,12 +373,12 @@ TEST(Reliability, TokenizerLargerThanTheModelIsRefusedAtLoad) {
   ASSERT_EQ(run_binary({"convert", "-m", oracle_gguf().string(), "-o", (s / "hf").string()}, s)
                 .exit_status,
             0);
-  nlohmann::json tok = nlohmann::json::parse(slurp(s / "hf" / "tokenizer.json"));
+  nlohmann::json tok = steermoe::parse_json_or_throw(slurp(s / "hf" / "tokenizer.json"));
   const int vocab = static_cast<int>(tok["model"]["vocab"].size()) +
                     static_cast<int>(tok["added_tokens"].size());
   tok["added_tokens"].push_back(
       {{"id", vocab + 3}, {"content", "<extra>"}, {"special", true}, {"normalized", false}});
-  write(s / "hf" / "tokenizer.json", tok.dump());
+  write(s / "hf" / "tokenizer.json", steermoe::dump_json(tok));
   const Child c = run_binary({"run", "-m", (s / "hf").string(), "-p", "hello", "-n", "4"}, s);
   EXPECT_EQ(c.exit_status, 1) << c.err;
   EXPECT_THAT(c.err, HasSubstr((s / "hf").string() + ": tokenizer: expected at most"));

@@ -11,6 +11,8 @@
 #include <sstream>
 #include <string>
 
+#include "../json_test_util.hpp"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -46,7 +48,7 @@ TEST(SimCommand, ReportsLatencyCopiesLoopAndTimingDependence) {
           "exact:evict=lru psr:lambda=0.3,n=1 physical:psr:lambda=0.3,n=8 --json - --latencies " +
           d + "/lat.csv > " + d + "/out.json 2> " + d + "/err.txt"),
       0);
-  const nlohmann::json report = nlohmann::json::parse(read_all(dir / "out.json"));
+  const nlohmann::json report = steermoe::parse_json_or_throw(read_all(dir / "out.json"));
   ASSERT_EQ(report["results"].size(), 6u);  // 3 policies x 2 max_inflight values
   const auto& results = report["results"];
   EXPECT_EQ(results[0]["loop"], "closed");  // exact routing on an exact-routing trace

@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../json_test_util.hpp"
 #include "../sanitizer.hpp"
 #include "engine/engine.hpp"
 #include "server/http_server.hpp"
@@ -105,7 +106,7 @@ inline json post(const Running& r, const std::string& path, const json& body,
   EXPECT_TRUE(res) << "no response from " << path;
   if (!res) return json();
   if (status) *status = res->status;
-  return json::parse(res->body, nullptr, false);
+  return steermoe::parse_ordered_json_or_discarded(res->body);
 }
 
 inline std::vector<int32_t> ids_of(const std::string& text) {

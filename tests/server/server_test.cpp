@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "../json_test_util.hpp"
 #include "../offload_params.hpp"
 #include "engine/engine.hpp"
 #include "engine/logprob.hpp"
@@ -181,7 +182,7 @@ TEST(Server, PerRequestPolicyIsUsedAndReported) {
   ASSERT_EQ(status, 200) << dump(res);
   EXPECT_EQ(res["steermoe"]["cache"], 32);
   EXPECT_EQ(res["steermoe"]["policy"].get<std::string>().rfind("psr:lambda=0.3", 0), 0u)
-      << res["steermoe"]["policy"];
+      << steermoe::dump_json(res["steermoe"]["policy"]);
   EXPECT_TRUE(res["steermoe"].contains("copies"));
   EXPECT_TRUE(res["steermoe"].contains("ms_per_token"));
   const std::vector<double> psr = engine_logprobs(ids, "psr:lambda=0.3,n=1", 32);
@@ -291,7 +292,7 @@ std::string stream_text(const Running& r, const std::string& path, json body,
       continue;
     }
     EXPECT_FALSE(done) << "event after [DONE]";
-    const json ev = json::parse(data);
+    const json ev = parse_ordered_json_or_throw(data);
     if (events) events->push_back(ev);
     if (ev["choices"].empty()) continue;
     const json& ch = ev["choices"][0];
@@ -395,28 +396,28 @@ TEST(Server, OtherEndpoints) {
   auto denied = c->Get("/v1/models");
   ASSERT_TRUE(denied);
   EXPECT_EQ(denied->status, 401);
-  EXPECT_EQ(json::parse(denied->body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(parse_ordered_json_or_throw(denied->body)["error"]["code"], "invalid_api_key");
   c->set_bearer_token_auth("s3cretX");
   EXPECT_EQ(c->Get("/v1/models")->status, 401);
   c->set_bearer_token_auth("s3cret");
   auto models = c->Get("/v1/models");
   ASSERT_EQ(models->status, 200);
-  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "steer-olmoe-tiny");
+  EXPECT_EQ(parse_ordered_json_or_throw(models->body)["data"][0]["id"], "steer-olmoe-tiny");
 
   auto tk = c->Post("/tokenize", dump({{"prompt", "hello world"}, {"add_special_tokens", false}}),
                     "application/json");
   ASSERT_EQ(tk->status, 200) << tk->body;
-  const json tokens = json::parse(tk->body)["tokens"];
+  const json tokens = parse_ordered_json_or_throw(tk->body)["tokens"];
   EXPECT_EQ(tokens.get<std::vector<int32_t>>(), ids_of("hello world"));
   auto dt = c->Post("/detokenize", dump({{"tokens", tokens}}), "application/json");
   ASSERT_EQ(dt->status, 200);
-  EXPECT_EQ(json::parse(dt->body)["prompt"], "hello world");
+  EXPECT_EQ(parse_ordered_json_or_throw(dt->body)["prompt"], "hello world");
   EXPECT_EQ(c->Post("/detokenize", dump({{"tokens", {1, 5000000}}}), "application/json")->status,
             400);
 
   auto info = c->Get("/tokenizer_info");
   ASSERT_EQ(info->status, 200);
-  const json ti = json::parse(info->body);
+  const json ti = parse_ordered_json_or_throw(info->body);
   EXPECT_TRUE(ti.contains("eos_token"));
   EXPECT_TRUE(ti.contains("chat_template"));
 
@@ -433,7 +434,7 @@ TEST(Server, OtherEndpoints) {
   }
   auto nf = c->Get("/nope");
   EXPECT_EQ(nf->status, 404);
-  EXPECT_TRUE(json::parse(nf->body).contains("error"));
+  EXPECT_TRUE(parse_ordered_json_or_throw(nf->body).contains("error"));
 }
 
 TEST(Server, OversizedBodiesAndSlowClients) {
@@ -494,10 +495,10 @@ TEST(Server, DisconnectCancelsAndQueueOverflowIs503) {
       auto res = c->Post("/v1/completions",
                          dump({{"prompt", "Hello"}, {"max_tokens", 40}, {"ignore_eos", true}}),
                          "application/json");
-      if (res && res->status == 200 && json::parse(res->body).contains("choices")) {
+      if (res && res->status == 200 && parse_ordered_json_or_throw(res->body).contains("choices")) {
         ++ok;
       } else if (res && res->status == 503 && res->get_header_value("Retry-After") == "1" &&
-                 json::parse(res->body)["error"]["code"] == "queue_full") {
+                 parse_ordered_json_or_throw(res->body)["error"]["code"] == "queue_full") {
         ++busy;
       } else {
         ++other;
@@ -621,7 +622,7 @@ TEST(Server, TenThousandMalformedRequests) {
     ASSERT_TRUE(res->status == 200 || (res->status >= 400 && res->status < 500))
         << res->status << " " << res->body;
     if (res->status >= 400) {
-      const json e = json::parse(res->body, nullptr, false);
+      const json e = parse_ordered_json_or_discarded(res->body);
       ASSERT_FALSE(e.is_discarded()) << res->body;
       ASSERT_TRUE(e.contains("error")) << res->body;
     }
@@ -668,7 +669,7 @@ TEST(Server, EightConcurrentClients) {
           continue;
         }
         if (res->status == 503) {
-          const json e = json::parse(res->body, nullptr, false);
+          const json e = parse_ordered_json_or_discarded(res->body);
           (!e.is_discarded() && e.contains("error")) ? ++busy : ++bad;
           std::this_thread::sleep_for(std::chrono::milliseconds(5));
           continue;
@@ -680,7 +681,7 @@ TEST(Server, EightConcurrentClients) {
         if (stream) {
           (res->body.find("data: [DONE]\n\n") != std::string::npos) ? ++ok : ++bad;
         } else {
-          const json j = json::parse(res->body, nullptr, false);
+          const json j = parse_ordered_json_or_discarded(res->body);
           (!j.is_discarded() && j.contains("choices") && j["choices"][0]["text"].is_string())
               ? ++ok
               : ++bad;
@@ -789,11 +790,11 @@ TEST(Server, ModelIdsAndTokenizeAliases) {
   auto one = c->Get("/v1/models/steer-olmoe-tiny");
   ASSERT_TRUE(one);
   EXPECT_EQ(one->status, 200);
-  EXPECT_EQ(json::parse(one->body)["id"], "steer-olmoe-tiny");
+  EXPECT_EQ(parse_ordered_json_or_throw(one->body)["id"], "steer-olmoe-tiny");
   auto other = c->Get("/v1/models/gpt-4o");
   ASSERT_TRUE(other);
   EXPECT_EQ(other->status, 404);
-  EXPECT_EQ(json::parse(other->body)["error"]["code"], "model_not_found");
+  EXPECT_EQ(parse_ordered_json_or_throw(other->body)["error"]["code"], "model_not_found");
   for (const char* path : {"/v1/completions", "/v1/chat/completions", "/v1/tokenize"}) {
     int status = 0;
     json body = {{"model", "gpt-4o"}};
@@ -840,7 +841,7 @@ TEST(Server, ChatMlAnswersStopAtEndOfTurn) {
                       "application/json");
     ASSERT_TRUE(res);
     ASSERT_EQ(res->status, 200) << res->body;
-    const json j = json::parse(res->body);
+    const json j = parse_ordered_json_or_throw(res->body);
     const std::string content = j["choices"][0]["message"]["content"];
     EXPECT_EQ(content.find("<|im_end|>"), std::string::npos) << "seed " << seed << ": " << content;
     EXPECT_EQ(content.find("<|im_start|>"), std::string::npos) << "seed " << seed;
@@ -867,7 +868,7 @@ TEST(Server, ChatPageInHeadlessChromium) {
   ASSERT_TRUE(page);
   EXPECT_EQ(page->status, 200);
   EXPECT_NE(page->body.find("/steermoe/cache"), std::string::npos);
-  const json before = json::parse(r.client()->Get("/steermoe/cache")->body);
+  const json before = parse_ordered_json_or_throw(r.client()->Get("/steermoe/cache")->body);
   EXPECT_EQ(before["step"], 0);
   EXPECT_EQ(before["layers"].size(), 8u);
   EXPECT_EQ(before["layers"][0]["resident"].size(), 32u) << "the warm set";
@@ -910,7 +911,7 @@ TEST(Server, ChatPageInHeadlessChromium) {
   const size_t value = dom.find("<b>", routed);
   ASSERT_NE(value, std::string::npos);
   EXPECT_NE(dom.substr(value, 5), "<b>0<") << "no tokens routed";
-  const json after = json::parse(r.client()->Get("/steermoe/cache")->body);
+  const json after = parse_ordered_json_or_throw(r.client()->Get("/steermoe/cache")->body);
   EXPECT_GT(after["version"].get<int64_t>(), before["version"].get<int64_t>());
   EXPECT_GT(after["step"].get<int64_t>(), 0);
 }

@@ -7,6 +7,7 @@
 #include <sstream>
 #include <string>
 
+#include "../json_test_util.hpp"
 #include "template/jinja.hpp"
 
 namespace steermoe::jinja {
@@ -23,7 +24,7 @@ std::string slurp(const std::string& path) {
 }
 
 nlohmann::ordered_json expected() {
-  return nlohmann::ordered_json::parse(slurp(kData + "expected.json"));
+  return steermoe::parse_ordered_json_or_throw(slurp(kData + "expected.json"));
 }
 
 TEST(ChatTemplate, FamiliesMatchJinja2) {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../cli_runner.hpp"
+#include "../json_test_util.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::tokenizer {
@@ -31,8 +32,8 @@ TEST_F(TokenizeCli, TokenizePrintsJsonIds) {
   for (const std::string& model : {json_, gguf_}) {
     const Result r = run("tokenize -m " + model + " --text 'Hello world'");
     ASSERT_EQ(r.status, 0) << r.output;
-    EXPECT_EQ(nlohmann::json::parse(r.output),
-              nlohmann::json::parse("[72, 101, 360, 111, 278, 269, 602]"))
+    EXPECT_EQ(steermoe::parse_json_or_throw(r.output),
+              steermoe::parse_json_or_throw("[72, 101, 360, 111, 278, 269, 602]"))
         << r.output;
   }
 }
@@ -40,7 +41,7 @@ TEST_F(TokenizeCli, TokenizePrintsJsonIds) {
 TEST_F(TokenizeCli, SpecialParsingFlag) {
   // Oracle case "special_text_not_parsed".
   const nlohmann::json cases =
-      nlohmann::json::parse(test::read_file(test::oracle_path("cases.json")));
+      steermoe::parse_json_or_throw(test::read_file(test::oracle_path("cases.json")));
   nlohmann::json expected;
   for (const auto& c : cases["cases"])
     if (c["name"] == "special_text_not_parsed") expected = c;
@@ -50,10 +51,10 @@ TEST_F(TokenizeCli, SpecialParsingFlag) {
   const std::string input = " --file " + (dir.path() / "in.txt").string();
   Result r = run("tokenize -m " + gguf_ + input + " --no-parse-special");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(nlohmann::json::parse(r.output), expected["ids"]);
+  EXPECT_EQ(steermoe::parse_json_or_throw(r.output), expected["ids"]);
   r = run("tokenize -m " + gguf_ + input);
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_EQ(nlohmann::json::parse(r.output), expected["ids_if_special_tokens_parsed"]);
+  EXPECT_EQ(steermoe::parse_json_or_throw(r.output), expected["ids_if_special_tokens_parsed"]);
 }
 
 TEST_F(TokenizeCli, DetokenizePrintsText) {
@@ -65,14 +66,14 @@ TEST_F(TokenizeCli, DetokenizePrintsText) {
 TEST_F(TokenizeCli, FileRoundTrip) {
   // Every oracle text joined: tokenize --file, then detokenize --ids-file gives the bytes back.
   const nlohmann::json cases =
-      nlohmann::json::parse(test::read_file(test::oracle_path("cases.json")));
+      steermoe::parse_json_or_throw(test::read_file(test::oracle_path("cases.json")));
   std::string text;
   for (const auto& c : cases["cases"]) text += c["text"].get<std::string>() + "\n";
   const test::TempDir dir;
   test::write_file(dir.path() / "in.txt", text);
   const Result ids = run("tokenize -m " + gguf_ + " --file " + (dir.path() / "in.txt").string());
   ASSERT_EQ(ids.status, 0) << ids.output;
-  EXPECT_GT(nlohmann::json::parse(ids.output).size(), 100u);
+  EXPECT_GT(steermoe::parse_json_or_throw(ids.output).size(), 100u);
   test::write_file(dir.path() / "ids.json", ids.output);
   const Result back =
       run("detokenize -m " + json_ + " --ids-file " + (dir.path() / "ids.json").string());

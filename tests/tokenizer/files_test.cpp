@@ -6,6 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../json_test_util.hpp"
 #include "common/error.hpp"
 #include "model/gguf.hpp"
 #include "test_util.hpp"
@@ -22,7 +23,7 @@ using ::testing::HasSubstr;
 
 // A tiny valid tokenizer.json: a, b, ab, Ġ and the special <s>.
 json small_tokenizer() {
-  return json::parse(R"({
+  return steermoe::parse_json_or_throw(R"({
     "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": 2, "Ġ": 3}, "merges": ["a b"]},
     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true},
     "decoder": {"type": "ByteLevel"},
@@ -43,11 +44,11 @@ void expect_text_rejected(const std::string& text, const std::string& field,
   }
 }
 void expect_rejected(const json& doc, const std::string& field, const std::string& expected) {
-  expect_text_rejected(doc.dump(), field, expected);
+  expect_text_rejected(steermoe::dump_json(doc), field, expected);
 }
 
 TEST(TokenizerJson, SmallTokenizerEncodes) {
-  const Tokenizer tok(parse_tokenizer_json(small_tokenizer().dump(), "small.json"));
+  const Tokenizer tok(parse_tokenizer_json(steermoe::dump_json(small_tokenizer()), "small.json"));
   EXPECT_EQ(tok.encode("ab a<s>b"), (std::vector<TokenId>{2, 3, 0, 4, 1}));
   EXPECT_EQ(tok.decode(std::vector<TokenId>{2, 3, 0, 4, 1}), "ab a<s>b");
   EXPECT_EQ(tok.decode(std::vector<TokenId>{2, 4, 1}, {.skip_special = true}), "abb");
@@ -159,7 +160,7 @@ TEST(TokenizerJson, RejectsBadFiles) {
 }
 
 TEST(TokenizerJson, RejectsBadTokenizerConfig) {
-  Vocabulary vocab = parse_tokenizer_json(small_tokenizer().dump(), "small.json");
+  Vocabulary vocab = parse_tokenizer_json(steermoe::dump_json(small_tokenizer()), "small.json");
   try {
     apply_tokenizer_config(R"({"bos_token": "<nope>"})", "config.json", vocab);
     ADD_FAILURE() << "accepted an unknown bos_token";
@@ -172,7 +173,7 @@ TEST(TokenizerJson, RejectsBadTokenizerConfig) {
 }
 
 TEST(TokenizerJson, TokenizerConfigSetsSpecialsAndTemplate) {
-  Vocabulary vocab = parse_tokenizer_json(small_tokenizer().dump(), "small.json");
+  Vocabulary vocab = parse_tokenizer_json(steermoe::dump_json(small_tokenizer()), "small.json");
   apply_tokenizer_config(
       R"({"bos_token": {"content": "<s>"}, "eos_token": "<s>", "add_bos_token": true,
       "chat_template": [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]})",
@@ -188,11 +189,11 @@ TEST(TokenizerJson, TokenizerConfigSetsSpecialsAndTemplate) {
 
 TEST(TokenizerJson, TemplateProcessingAddsBos) {
   json doc = small_tokenizer();
-  doc["post_processor"] = json::parse(R"({"type": "Sequence", "processors": [
+  doc["post_processor"] = steermoe::parse_json_or_throw(R"({"type": "Sequence", "processors": [
       {"type": "ByteLevel"},
       {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
                                                  {"Sequence": {"id": "A", "type_id": 0}}]}]})");
-  Vocabulary vocab = parse_tokenizer_json(doc.dump(), "post.json");
+  Vocabulary vocab = parse_tokenizer_json(steermoe::dump_json(doc), "post.json");
   EXPECT_EQ(vocab.bos_id, 4);
   EXPECT_TRUE(vocab.add_bos);
   EXPECT_FALSE(vocab.add_eos);
@@ -209,7 +210,7 @@ TEST(TokenizerJson, AddedTokenStripFlags) {
   doc["added_tokens"][0]["lstrip"] = true;
   doc["added_tokens"].push_back(
       {{"id", 5}, {"content", "<r>"}, {"rstrip", true}, {"special", false}});
-  const Tokenizer tok(parse_tokenizer_json(doc.dump(), "flags.json"));
+  const Tokenizer tok(parse_tokenizer_json(steermoe::dump_json(doc), "flags.json"));
   // " <s>" swallows the space on its left; "<r> " the space on its right.
   EXPECT_EQ(tok.encode("a <s>b"), (std::vector<TokenId>{0, 4, 1}));
   EXPECT_EQ(tok.encode("a<r> b"), (std::vector<TokenId>{0, 5, 1}));
@@ -218,13 +219,13 @@ TEST(TokenizerJson, AddedTokenStripFlags) {
 }
 
 TEST(TokenizerJson, IgnoreMergesEmitsWholeWords) {
-  json doc = json::parse(R"({
+  json doc = steermoe::parse_json_or_throw(R"({
     "model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "c": 2, "bc": 3, "abc": 4}, "merges": ["b c"]},
     "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": false, "use_regex": true}})");
-  EXPECT_EQ(Tokenizer(parse_tokenizer_json(doc.dump(), "x")).encode("abc"),
+  EXPECT_EQ(Tokenizer(parse_tokenizer_json(steermoe::dump_json(doc), "x")).encode("abc"),
             (std::vector<TokenId>{0, 3}));
   doc["model"]["ignore_merges"] = true;
-  EXPECT_EQ(Tokenizer(parse_tokenizer_json(doc.dump(), "x")).encode("abc"),
+  EXPECT_EQ(Tokenizer(parse_tokenizer_json(steermoe::dump_json(doc), "x")).encode("abc"),
             (std::vector<TokenId>{4}));
 }
 
@@ -233,20 +234,20 @@ TEST(TokenizerJson, AddPrefixSpace) {
   doc["model"]["vocab"]["Ġa"] = 5;
   doc["model"]["merges"].push_back("Ġ a");
   doc["pre_tokenizer"]["add_prefix_space"] = true;
-  const Tokenizer tok(parse_tokenizer_json(doc.dump(), "prefix.json"));
+  const Tokenizer tok(parse_tokenizer_json(steermoe::dump_json(doc), "prefix.json"));
   EXPECT_EQ(tok.encode("a"), (std::vector<TokenId>{5}));
   EXPECT_EQ(tok.encode(" a"), (std::vector<TokenId>{5}));
 }
 
 TEST(Tokenizer, RejectsBadInputAtRunTime) {
-  const Tokenizer tok(parse_tokenizer_json(small_tokenizer().dump(), "small.json"));
+  const Tokenizer tok(parse_tokenizer_json(steermoe::dump_json(small_tokenizer()), "small.json"));
   EXPECT_THROW(tok.encode("a\xff"), Error);
   EXPECT_THROW(tok.decode(std::vector<TokenId>{5}), Error);
   EXPECT_THROW(tok.decode(std::vector<TokenId>{-1}), Error);
 }
 
 TEST(Tokenizer, RejectsInconsistentVocabulary) {
-  Vocabulary vocab = parse_tokenizer_json(small_tokenizer().dump(), "small.json");
+  Vocabulary vocab = parse_tokenizer_json(steermoe::dump_json(small_tokenizer()), "small.json");
   Vocabulary duplicate = vocab;
   duplicate.tokens[1] = "a";
   EXPECT_THROW(Tokenizer{duplicate}, Error);
@@ -280,9 +281,9 @@ TEST(TokenizerJson, WriterUsesPairsWhenATokenHasASpace) {
   vocab.tokens = {"a", " ", "a "};
   vocab.types.assign(3, TokenType::kNormal);
   vocab.merges = {{"a", " "}};
-  const json doc = json::parse(to_tokenizer_json(vocab));
+  const json doc = steermoe::parse_json_or_throw(to_tokenizer_json(vocab));
   EXPECT_EQ(doc["model"]["merges"][0], json({"a", " "}));
-  EXPECT_EQ(parse_tokenizer_json(doc.dump(), "pairs.json").merges, vocab.merges);
+  EXPECT_EQ(parse_tokenizer_json(steermoe::dump_json(doc), "pairs.json").merges, vocab.merges);
 }
 
 model::GgufFile gguf_with(const std::vector<std::pair<std::string, model::GgufValue>>& kv,

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../json_test_util.hpp"
 #include "test_util.hpp"
 #include "tokenizer/hf_json.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -26,7 +27,7 @@ struct Case {
 
 const std::vector<Case>& cases() {
   static const std::vector<Case> all = [] {
-    const json root = json::parse(test::read_file(oracle_path("cases.json")));
+    const json root = steermoe::parse_json_or_throw(test::read_file(oracle_path("cases.json")));
     std::vector<Case> out;
     for (const json& c : root.at("cases")) {
       Case item{c.at("name"),
@@ -98,7 +99,7 @@ TEST(TokenizerOracle, GgufAndJsonDescribeTheSameVocabulary) {
 // The same tokenizer written the way GPT-2 and OLMo ship it: ByteLevel(use_regex=true) with the
 // regex implied, and (independently) merges as [a, b] pairs.
 TEST(TokenizerOracle, ByteLevelUseRegexAndPairMergesForms) {
-  json doc = json::parse(test::read_file(oracle_path("tokenizer.json")));
+  json doc = steermoe::parse_json_or_throw(test::read_file(oracle_path("tokenizer.json")));
   doc["pre_tokenizer"] = {{"type", "ByteLevel"},
                           {"add_prefix_space", false},
                           {"trim_offsets", true},
@@ -110,7 +111,7 @@ TEST(TokenizerOracle, ByteLevelUseRegexAndPairMergesForms) {
     pairs.push_back({line.substr(0, space), line.substr(space + 1)});
   }
   doc["model"]["merges"] = pairs;
-  const Tokenizer tok(parse_tokenizer_json(doc.dump(), "variant tokenizer.json"));
+  const Tokenizer tok(parse_tokenizer_json(steermoe::dump_json(doc), "variant tokenizer.json"));
   ASSERT_EQ(tok.vocabulary().splits.size(), 1u);
   EXPECT_EQ(tok.vocabulary().pre_name, "gpt-2");
   expect_matches_oracle(tok, "use_regex variant");

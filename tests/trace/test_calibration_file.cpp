@@ -2,6 +2,7 @@
 // format: round trip, size, and rejection of malformed files.
 #include <cstring>
 
+#include "../json_test_util.hpp"
 #include "common/error.hpp"
 #include "test_util.hpp"
 #include "trace/calibrate.hpp"

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "../cli_runner.hpp"
+#include "../json_test_util.hpp"
 #include "common/error.hpp"
 #include "test_util.hpp"
 #include "trace/calibration_file.hpp"
@@ -16,6 +17,10 @@ namespace steermoe::trace {
 namespace {
 
 using testing::ScratchDir;
+
+std::string as_text(const std::vector<uint8_t>& bytes) {
+  return std::string(bytes.begin(), bytes.end());
+}
 
 const std::string kShippedTrace = std::string(STEERMOE_SOURCE_DIR) + "/data/traces/synth-olmoe";
 const std::string kShippedCalib = kShippedTrace + "/calib.smcal";
@@ -84,7 +89,7 @@ Replayed replay_with_lines(const Trace& trace, const policy::Calibration& calib,
   std::string line;
   while (std::getline(in, line)) {
     if (line.find("\"summary\"") != std::string::npos) {
-      r.summary_line = nlohmann::json::parse(line);
+      r.summary_line = steermoe::parse_json_or_throw(line);
       continue;
     }
     r.lines.push_back(parse_decision_line(line, "decisions"));
@@ -173,10 +178,11 @@ TEST(Replay, LoopIsClosedOnlyForTheRecordedPolicyAndCache) {
   p.vocab = 64;
   synthesize_trace(p, dir / "t");
   // Re-record the meta with the policy the trace was "recorded" under.
-  nlohmann::json meta = nlohmann::json::parse(testing::read_bytes(dir / "t" / "meta.json"));
+  nlohmann::json meta =
+      steermoe::parse_json_or_throw(as_text(testing::read_bytes(dir / "t" / "meta.json")));
   meta["policy"] = "psr:lambda=0.3,n=1";
   meta["cache_slots"] = 32;
-  testing::write_text(dir / "t" / "meta.json", meta.dump());
+  testing::write_text(dir / "t" / "meta.json", steermoe::dump_json(meta));
   const Trace trace = Trace::open(dir / "t");
   const policy::Calibration calib = read_calibration(kShippedCalib);
   auto loop = [&](const std::string& policy, int cache) {
@@ -238,7 +244,8 @@ TEST(ReplayCli, ReadmeDemoRunsOnTheShippedTrace) {
   ASSERT_EQ(status, 0) << out;
   EXPECT_THAT(out, ::testing::HasSubstr("\"loop\":\"open\""));
   EXPECT_THAT(out, ::testing::HasSubstr("psr:lambda=0.3,n=1"));
-  const nlohmann::json summaries = nlohmann::json::parse(testing::read_bytes(dir / "s.json"));
+  const nlohmann::json summaries =
+      steermoe::parse_json_or_throw(as_text(testing::read_bytes(dir / "s.json")));
   ASSERT_EQ(summaries.size(), 2u);
   EXPECT_EQ(summaries[0]["tokens"], 128);
   EXPECT_GT(summaries[1]["per_token"]["demand"].get<double>(),
@@ -281,7 +288,7 @@ TEST(ReplayCli, SynthCalibrateReplayPipeline) {
       0);
   const auto [status, out] = run_cli("calibrate --trace " + held + " --cache 16 -o " + cal);
   ASSERT_EQ(status, 0) << out;
-  const nlohmann::json report = nlohmann::json::parse(out);
+  const nlohmann::json report = steermoe::parse_json_or_throw(out);
   EXPECT_EQ(report["steps"], 24);
   EXPECT_EQ(report["warm_coverage"].size(), 26u);
   const auto [status2, out2] =

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <limits>
 
+#include "../json_test_util.hpp"
 #include "common/error.hpp"
 #include "test_util.hpp"
 #include "trace/trace.hpp"
