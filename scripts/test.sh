@@ -29,7 +29,8 @@ ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "
 
 echo "== libFuzzer targets (${FUZZ_SECONDS}s each) =="
 CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" -DSTEERMOE_FUZZ=ON -DSTEERMOE_TESTS=OFF -DSTEERMOE_BENCH=OFF >/dev/null
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1" -DSTEERMOE_FUZZ=ON -DSTEERMOE_TESTS=OFF -DSTEERMOE_BENCH=OFF \
+  -DSTEERMOE_WERROR=ON >/dev/null
 # Only the fuzz targets (and the libraries they link), not the CLI.
 fuzz_targets=$(ninja -C build-fuzz -t targets all | sed -n 's/^\(fuzz_[a-z0-9_]*\): phony$/\1/p')
 cmake --build build-fuzz -j "$JOBS" --target $fuzz_targets
