@@ -26,13 +26,7 @@ LEN=${LEN:-48}
 read -r -a POLICIES <<< "${POLICIES:-exact:evict=lru cacheprior:lambda=0.2 psr:lambda=0.3,n=1 psr:lambda=0.2,n=1}"
 mkdir -p "$DIR" "$OUT"
 
-quiet() {  # waits (up to 10 minutes) for a 1-minute load average under 1.5
-  for _ in $(seq 120); do
-    awk '{exit !($1 < 1.5)}' /proc/loadavg && return 0
-    sleep 5
-  done
-  echo "warning: load still $(cut -d' ' -f1 /proc/loadavg) after 10 minutes" >&2
-}
+. bench/bench_common/quiet.sh
 
 TRACE="$DIR/real-trace"
 if [ ! -f "$TRACE/meta.json" ]; then

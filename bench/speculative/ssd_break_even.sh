@@ -25,13 +25,7 @@ COSTS=${COSTS:-0 5 10 20}
 mkdir -p "$OUT"
 model="$DIR/olmoe-1b-7b-q4_k_m.gguf"
 [ -f "$model" ] || { echo "no $model: run bench/offload/ssd_tier.sh first" >&2; exit 1; }
-quiet() {
-  for _ in $(seq 120); do
-    awk '{exit !($1 < 1.5)}' /proc/loadavg && return 0
-    sleep 5
-  done
-  echo "warning: load still $(cut -d' ' -f1 /proc/loadavg) after 10 minutes" >&2
-}
+. bench/bench_common/quiet.sh
 common=(-m "$model" --scores-from "$DIR/real-trace" --calib models/steer-olmoe-small/calib.smcal
         --link disk -t "${THREADS:-2}" --rounds "${ROUNDS:-3}" --warmup 1 --windows "${WINDOWS:-2}"
         --window-len "${LEN:-48}" --no-floor)

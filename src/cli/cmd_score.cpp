@@ -63,10 +63,8 @@ void add_score_command(CLI::App& root) {
     std::unique_ptr<engine::SpeculativeDecoder> sd;
     if (!o->spec.draft.empty()) {
       drafter = load_drafter(o->spec, o->threads, engine.context(), /*teacher_forced=*/true);
-      const engine::SpecParams params{.draft_k = o->spec.draft_k};
-      sd = drafter.synthetic
-               ? std::make_unique<engine::SpeculativeDecoder>(engine, *drafter.synthetic, params)
-               : std::make_unique<engine::SpeculativeDecoder>(engine, *drafter.engine, params);
+      sd = engine::make_speculative_decoder(engine, drafter.engine.get(), drafter.synthetic,
+                                            {.draft_k = o->spec.draft_k});
     }
     std::ifstream in(o->requests);
     if (!in) fail(o->requests, "open", "expected a readable JSON-lines file");

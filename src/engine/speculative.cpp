@@ -373,4 +373,12 @@ int SpeculativeDecoder::step_forced(std::span<const int32_t> text, std::span<flo
   return a + 1;
 }
 
+std::unique_ptr<SpeculativeDecoder> make_speculative_decoder(
+    Engine& target, Engine* drafter, const std::optional<SyntheticDraft>& synthetic,
+    const SpecParams& params) {
+  if (synthetic) return std::make_unique<SpeculativeDecoder>(target, *synthetic, params);
+  SM_ASSERT_MSG(drafter != nullptr, "a speculative decoder needs a drafter");
+  return std::make_unique<SpeculativeDecoder>(target, *drafter, params);
+}
+
 }  // namespace steermoe::engine

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
@@ -143,5 +144,11 @@ class SpeculativeDecoder {
   std::vector<int32_t> truth_block_;         // [k+1] last_ then the text's tokens
   std::vector<float> truth_logits_;          // [k+1][V]
 };
+
+// The decoder for `synthetic` when it is set, else for the drafter model (non-null then): what
+// the commands that take either (`--draft MODEL` or `--draft synthetic:A[,MS]`) build.
+std::unique_ptr<SpeculativeDecoder> make_speculative_decoder(
+    Engine& target, Engine* drafter, const std::optional<SyntheticDraft>& synthetic,
+    const SpecParams& params);
 
 }  // namespace steermoe::engine

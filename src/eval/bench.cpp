@@ -66,11 +66,8 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
   BenchRound r;
   r.round = round;
   std::vector<double> ms;
-  const engine::SpecParams params{.draft_k = options.draft_k};
-  const std::unique_ptr<engine::SpeculativeDecoder> decoder =
-      options.synthetic
-          ? std::make_unique<engine::SpeculativeDecoder>(e, *options.synthetic, params)
-          : std::make_unique<engine::SpeculativeDecoder>(e, *options.drafter, params);
+  const std::unique_ptr<engine::SpeculativeDecoder> decoder = engine::make_speculative_decoder(
+      e, options.drafter, options.synthetic, {.draft_k = options.draft_k});
   engine::SpeculativeDecoder& sd = *decoder;
   engine::CacheStats sum;
   std::vector<int32_t> out;

@@ -64,11 +64,8 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
   std::vector<std::unique_ptr<engine::SpeculativeDecoder>> spec(configs.size());
   if (options.drafter != nullptr || options.synthetic) {
     for (size_t c = 0; c < configs.size(); ++c) {
-      const engine::SpecParams params{.draft_k = options.draft_k};
-      spec[c] = options.synthetic ? std::make_unique<engine::SpeculativeDecoder>(
-                                        *configs[c], *options.synthetic, params)
-                                  : std::make_unique<engine::SpeculativeDecoder>(
-                                        *configs[c], *options.drafter, params);
+      spec[c] = engine::make_speculative_decoder(*configs[c], options.drafter, options.synthetic,
+                                                 {.draft_k = options.draft_k});
       if (options.counterfactual) {
         if (!configs[c]->verifies_in_blocks())
           fail("kl", "--counterfactual",

@@ -40,6 +40,27 @@ std::vector<std::vector<int32_t>> prompts(const tokenizer::Tokenizer& tok, size_
   return out;
 }
 
+// At least `count` tokens of held-out text (whole lines, each with its newline).
+std::vector<int32_t> heldout_text(const tokenizer::Tokenizer& tok, size_t count) {
+  std::ifstream in(kHeldOut);
+  std::vector<int32_t> text;
+  for (std::string line; text.size() < count && std::getline(in, line);) {
+    const std::vector<int32_t> ids = tok.encode(line + "\n", {.parse_special = false});
+    text.insert(text.end(), ids.begin(), ids.end());
+  }
+  return text;
+}
+
+// Largest |a - b| over the rows of every position but the last (no token follows it).
+float max_row_diff(const std::vector<float>& a, const std::vector<float>& b, size_t positions,
+                   size_t vocab) {
+  float most = 0;
+  for (size_t i = 0; i + 1 < positions; ++i)
+    for (size_t v = 0; v < vocab; ++v)
+      most = std::max(most, std::abs(a[i * vocab + v] - b[i * vocab + v]));
+  return most;
+}
+
 class SpeculativePair : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -264,12 +285,7 @@ TEST_F(SpeculativePair, RollbackOnAnOffloadedLinkCopiesTheRestoredSlots) {
 // logits of every position come back once, and under `rollback` they are plain PSR's (the KL of
 // SD rollback is AR PSR's); drafts are accepted only where they equal the text.
 TEST_F(SpeculativePair, TeacherForcingCommitsTheTextWithPlainPsrLogitsUnderRollback) {
-  std::ifstream in(kHeldOut);
-  std::vector<int32_t> text;
-  for (std::string line; text.size() < 96 && std::getline(in, line);) {
-    const std::vector<int32_t> ids = tok_->encode(line + "\n", {.parse_special = false});
-    text.insert(text.end(), ids.begin(), ids.end());
-  }
+  std::vector<int32_t> text = heldout_text(*tok_, 96);
   text.resize(96);
   const size_t V = static_cast<size_t>(target_->config().vocab);
   const size_t n = text.size();
@@ -296,11 +312,7 @@ TEST_F(SpeculativePair, TeacherForcingCommitsTheTextWithPlainPsrLogitsUnderRollb
   EXPECT_LT(sd.stats().accepted[0], sd.stats().reached[0]) << "and some do not";
   // Rows of the last position stay unwritten (no token follows it); the others: prefill's,
   // within the batched-vs-incremental tolerance (the blocks have other batch sizes).
-  float max_diff = 0;
-  for (size_t i = 0; i + 1 < n; ++i)
-    for (size_t v = 0; v < V; ++v)
-      max_diff = std::max(max_diff, std::abs(got[i * V + v] - want[i * V + v]));
-  EXPECT_LE(max_diff, 1e-4f);
+  EXPECT_LE(max_row_diff(got, want, n, V), 1e-4f);
   EXPECT_GT(sd.stats().restore_copies, 0) << "rejected drafts were routed and taken back";
 }
 
@@ -325,12 +337,7 @@ std::vector<float> forced_logits(SpeculativeDecoder& sd, const std::vector<int32
 // own router, so wrong drafts change nothing; AcceptMoE's shared set does depend on them; and the
 // replay leaves no trace (the same logits and copies as without it).
 TEST_F(SpeculativePair, CounterfactualReplayComparesSetsAndLeavesNoTrace) {
-  std::ifstream in(kHeldOut);
-  std::vector<int32_t> text;
-  for (std::string line; text.size() < 400 && std::getline(in, line);) {
-    const std::vector<int32_t> ids = tok_->encode(line + "\n", {.parse_special = false});
-    text.insert(text.end(), ids.begin(), ids.end());
-  }
+  std::vector<int32_t> text = heldout_text(*tok_, 400);
   text.resize(120);
   const size_t V = static_cast<size_t>(target_->config().vocab);
   Engine drafter(*drafter_, params(*drafter_));
@@ -362,12 +369,7 @@ TEST_F(SpeculativePair, CounterfactualReplayComparesSetsAndLeavesNoTrace) {
 // commit k+1 tokens per verification with the logits of plain decoding, and its drafting cost is
 // spent; it cannot generate.
 TEST_F(SpeculativePair, SyntheticDrafterHasTheSetAcceptance) {
-  std::ifstream in(kHeldOut);
-  std::vector<int32_t> text;
-  for (std::string line; text.size() < 700 && std::getline(in, line);) {
-    const std::vector<int32_t> ids = tok_->encode(line + "\n", {.parse_special = false});
-    text.insert(text.end(), ids.begin(), ids.end());
-  }
+  std::vector<int32_t> text = heldout_text(*tok_, 700);
   const size_t V = static_cast<size_t>(target_->config().vocab);
   {
     EngineParams p = params(*target_);
@@ -395,11 +397,7 @@ TEST_F(SpeculativePair, SyntheticDrafterHasTheSetAcceptance) {
   const std::vector<float> got = forced_logits(all_right, text, V);
   EXPECT_EQ(all_right.stats().accepted, all_right.stats().reached);
   EXPECT_GT(all_right.stats().tau(), 4.5);
-  float max_diff = 0;
-  for (size_t i = 0; i + 1 < text.size(); ++i)
-    for (size_t v = 0; v < V; ++v)
-      max_diff = std::max(max_diff, std::abs(got[i * V + v] - want[i * V + v]));
-  EXPECT_LE(max_diff, 1e-4f);
+  EXPECT_LE(max_row_diff(got, want, text.size(), V), 1e-4f);
   Engine never(*target_, params(*target_));
   SpeculativeDecoder all_wrong(never, SyntheticDraft{.acceptance = 0.0}, {.draft_k = 4});
   forced_logits(all_wrong, text, V);
