@@ -83,6 +83,13 @@ RangeMode parse_range(const KeyValue& kv, std::string_view full) {
        "expected 'fixed' or 'running', got '{}'", kv.value);
 }
 
+PrefetchGate parse_gate(const KeyValue& kv, std::string_view full) {
+  if (kv.value == "window") return PrefetchGate::kWindow;
+  if (kv.value == "bonus") return PrefetchGate::kBonus;
+  fail(fmt::format("{} '{}'", kWhere, full), "key 'gate'",
+       "expected 'window' or 'bonus', got '{}'", kv.value);
+}
+
 const char* kind_name(PolicyKind kind) {
   switch (kind) {
     case PolicyKind::kExact:
@@ -107,8 +114,8 @@ struct Grammar {
 const Grammar& grammar_for(std::string_view name, std::string_view full) {
   static const std::vector<std::pair<std::string, Grammar>> table = {
       {"exact", {PolicyKind::kExact, {"evict", "n", "w"}, false}},
-      {"cacheprior", {PolicyKind::kCachePrior, {"lambda", "evict", "j", "range", "n", "w"}, true}},
-      {"psr", {PolicyKind::kPsr, {"lambda", "n", "w", "evict", "j", "range"}, true}},
+      {"cacheprior", {PolicyKind::kCachePrior, {"lambda", "evict", "j", "range", "n", "w", "gate"}, true}},
+      {"psr", {PolicyKind::kPsr, {"lambda", "n", "w", "evict", "j", "range", "gate"}, true}},
       {"spec", {PolicyKind::kSpec, {"n", "w", "evict"}, false}},
   };
   for (const auto& [key, g] : table) {
@@ -179,7 +186,15 @@ PolicyConfig parse_policy(std::string_view text) {
       config.protect_top_j = parse_int(kv, full, 0, 4096);
     } else if (kv.key == "range") {
       config.range = parse_range(kv, full);
+    } else if (kv.key == "gate") {
+      config.gate = parse_gate(kv, full);
     }
+  }
+  // The predicted selection of gate=bonus reads the logical cache; physical mode's bonus set is
+  // the issued copies, so the two together would make part 1 depend on timing as well.
+  if (config.physical && config.gate == PrefetchGate::kBonus) {
+    fail(fmt::format("{} '{}'", kWhere, full), "key 'gate'",
+         "'bonus' is not available in physical mode; expected gate=window there");
   }
   if (grammar.lambda_required && !has_lambda) {
     fail(fmt::format("{} '{}'", kWhere, full), "key 'lambda'",
@@ -202,6 +217,7 @@ std::string PolicyConfig::to_string() const {
   parts.push_back(fmt::format("evict={}", evict == Evict::kA ? "a" : "lru"));
   if (protect_top_j > 0) parts.push_back(fmt::format("j={}", protect_top_j));
   if (range == RangeMode::kRunning) parts.push_back("range=running");
+  if (gate == PrefetchGate::kBonus) parts.push_back("gate=bonus");
   for (size_t i = 0; i < parts.size(); ++i) out += (i == 0 ? ":" : ",") + parts[i];
   return out;
 }

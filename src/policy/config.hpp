@@ -29,6 +29,11 @@ struct RouterSpec {
 enum class PolicyKind : uint8_t { kExact, kCachePrior, kPsr, kSpec };
 enum class Evict : uint8_t { kA, kLru };
 enum class RangeMode : uint8_t { kFixed, kRunning };
+// Which pre-gate candidates part 1 may insert. kWindow: the first W of the pre-gate ranking g
+// (the paper's PSR). kBonus: the members of the *predicted selection*, the bonused top-K of the
+// pre-gate scores against R as it stands, so part 1 copies only experts that part 2 would have
+// demand-loaded had the prediction been right (docs/policy-contract.md, "Prefetch gate").
+enum class PrefetchGate : uint8_t { kWindow, kBonus };
 
 struct PolicyConfig {
   PolicyKind kind = PolicyKind::kExact;
@@ -38,6 +43,7 @@ struct PolicyConfig {
   Evict evict = Evict::kLru;  // eviction priority
   int protect_top_j = 0;      // J: router top-J get the bonus as if resident
   RangeMode range = RangeMode::kFixed;
+  PrefetchGate gate = PrefetchGate::kWindow;
   bool physical = false;  // demonstration mode: bonus on issued copies (timing-dependent)
 
   // Canonical form, accepted back by parse_policy (e.g. "psr:lambda=0.3,n=1,w=8,evict=a").

@@ -318,9 +318,24 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
   top_k(pregate, pregate, static_cast<int>(g.size()), g, path_);
   have_pregate_[layer] = 1;
   if (budget == 0) return {};
+  // The candidates in walk order: g[0:W], or with gate=bonus the predicted selection (the
+  // bonused top-K of the pre-gate scores against R before any insertion of this step), so that
+  // a copy is made only for an expert part 2 would demand-load if the prediction held.
+  std::span<const int32_t> candidates = std::span<const int32_t>(g).first(window_);
+  if (config_.gate == PrefetchGate::kBonus) {
+    bonused_top_k_plain(c, pregate, {}, config_.lambda * range_before_step(layer));
+    candidates = topk_;
+    // Every resident of the predicted selection is protected before anything is inserted: the
+    // prediction keeps them, so an insertion must not evict one (the window walk protects in
+    // rank order instead, as the paper's Algorithm 1 does).
+    for (const int32_t e : candidates) {
+      if (!c.resident(e)) continue;
+      c.protected_[e] = 1;
+      if (fast_argmin()) c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
+    }
+  }
   int inserted = 0;
-  for (int i = 0; i < window_; ++i) {
-    const int e = g[i];
+  for (const int32_t e : candidates) {
     if (c.resident(e)) {
       c.protected_[e] = 1;
       if (fast_argmin()) c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
@@ -344,6 +359,12 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
     ++inserted;
   }
   return d.prefetch;
+}
+
+float RequestRouter::range_before_step(int layer) const {
+  const LayerCache& c = caches_[layer];
+  if (config_.range == RangeMode::kFixed || c.range_count_ == 0) return calib_->score_range[layer];
+  return c.range_sum_ / static_cast<float>(c.range_count_);
 }
 
 float RequestRouter::layer_range(int layer, std::span<const float> z) {

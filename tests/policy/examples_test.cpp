@@ -127,6 +127,50 @@ TEST(Examples, PsrSteersTowardPrefetchedExperts) {
   EXPECT_EQ(d1.selected_slot, (Ids{1, 0}));
 }
 
+TEST(Examples, BonusGatePrefetchesOnlyThePredictedSelection) {
+  // E = 6, K = 2, C = 3, warm {0, 1, 2}; lambda 0.5 x range 2.0 -> bonus 1.0; n = 2.
+  RouterSpec spec = tiny(2);
+  Calibration calib = simple_calibration(spec, 2.0f);
+  const std::vector<float> layer0{0, 0.5f, 0, 1.2f, 0, 0};
+  {
+    // Pre-gate [0, 0, 0, 0, 3, .5]. The window walk (w = 3) would insert 4 and 5. The predicted
+    // selection: biased [1, 1, 1, 0, 3, .5] -> {4, 0} (0, 1, 2 tie at 1 and at z = 0: lowest
+    // index). 0 is protected first; 4 evicts argmin over R \ B = {1, 2} -> 1 (slot 1); 5 is not
+    // a candidate, so n = 2 still copies one expert.
+    RequestRouter r(spec, parse_policy("psr:lambda=0.5,n=2,w=3,gate=bonus"), calib, 3);
+    r.begin_token(1);
+    r.select(0, layer0);
+    const std::vector<float> pregate{0, 0, 0, 0, 3, 0.5f};
+    auto pf = r.prefetch(1, pregate);
+    EXPECT_EQ(copies(std::vector<Copy>(pf.begin(), pf.end())), (Pairs{{4, 1}}));
+    EXPECT_EQ(r.decision(1).evicted, (Ids{1}));
+    EXPECT_EQ(slot_map(r.cache(1)), (std::vector<int>{0, 4, 2}));
+    // The prediction holds: biased [1, 0, 1, 0, 4, .5] -> S = {0, 4}, nothing demand-loaded;
+    // the exact top-2 {4, 5} loses 5 to the resident 0 (.5 < 0 + 1), as under Cache-Prior.
+    const Decision& d1 = r.select(1, pregate);
+    EXPECT_EQ(d1.selected, (Ids{0, 4}));
+    EXPECT_TRUE(d1.demand.empty());
+    EXPECT_EQ(d1.replaced, 1);
+
+    // The same step under the window gate, for contrast: 4 and 5 are both inserted.
+    RequestRouter w(spec, parse_policy("psr:lambda=0.5,n=2,w=3"), calib, 3);
+    w.begin_token(1);
+    w.select(0, layer0);
+    auto wpf = w.prefetch(1, pregate);
+    EXPECT_EQ(wpf.size(), 2u);
+  }
+  {
+    // Pre-gate [0, 0, 0, 0, .8, 0]: 4 leads the ranking but loses to the bonused residents
+    // (.8 < 1): the predicted selection {0, 1} is resident, so nothing is copied.
+    RequestRouter r(spec, parse_policy("psr:lambda=0.5,n=2,w=3,gate=bonus"), calib, 3);
+    r.begin_token(1);
+    r.select(0, layer0);
+    auto pf = r.prefetch(1, std::vector<float>{0, 0, 0, 0, 0.8f, 0});
+    EXPECT_TRUE(pf.empty());
+    EXPECT_EQ(slot_map(r.cache(1)), (std::vector<int>{0, 1, 2}));
+  }
+}
+
 TEST(Examples, UnboundedInsertionPrefetchesTheWholeWindow) {
   RouterSpec spec = tiny(2);
   Calibration calib = simple_calibration(spec, 2.0f);

@@ -44,6 +44,10 @@ TEST(PolicyString, ParsesEveryNamedPolicyWithDefaults) {
   EXPECT_EQ(spec.kind, PolicyKind::kSpec);
   EXPECT_EQ(spec.prefetch_budget, 2);
 
+  EXPECT_EQ(psr.gate, PrefetchGate::kWindow);
+  EXPECT_EQ(parse_policy("psr:lambda=0.3,gate=bonus").gate, PrefetchGate::kBonus);
+  EXPECT_EQ(parse_policy("cacheprior:lambda=0.3,n=1,gate=bonus").gate, PrefetchGate::kBonus);
+
   PolicyConfig phys = parse_policy("physical:psr:lambda=0.3,n=1");
   EXPECT_TRUE(phys.physical);
   EXPECT_EQ(phys.kind, PolicyKind::kPsr);
@@ -53,7 +57,7 @@ TEST(PolicyString, CanonicalFormRoundTrips) {
   for (const char* text :
        {"exact:evict=lru", "exact:evict=a,n=1,w=8", "psr:lambda=0.3,n=1,w=8,evict=a",
         "psr:lambda=0.25,n=8", "cacheprior:lambda=0.2,evict=lru,j=2,range=running", "spec:n=1,w=4",
-        "physical:cacheprior:lambda=0.2"}) {
+        "physical:cacheprior:lambda=0.2", "psr:lambda=0.3,n=2,gate=bonus"}) {
     PolicyConfig a = parse_policy(text);
     PolicyConfig b = parse_policy(a.to_string());
     EXPECT_EQ(a.to_string(), b.to_string()) << text;
@@ -62,6 +66,7 @@ TEST(PolicyString, CanonicalFormRoundTrips) {
     EXPECT_EQ(a.window, b.window);
     EXPECT_EQ(a.evict, b.evict);
     EXPECT_EQ(a.physical, b.physical);
+    EXPECT_EQ(a.gate, b.gate);
   }
 }
 
@@ -81,6 +86,9 @@ TEST(PolicyString, RejectsBadInputWithClearMessages) {
   EXPECT_THAT(error_of("exact:lambda=0.2"), HasSubstr("unknown for policy 'exact'"));
   EXPECT_THAT(error_of("physical:exact"), HasSubstr("physical"));
   EXPECT_THAT(error_of("cacheprior:lambda=0.2,range=sometimes"), HasSubstr("'fixed' or 'running'"));
+  EXPECT_THAT(error_of("psr:lambda=0.3,gate=maybe"), HasSubstr("'window' or 'bonus'"));
+  EXPECT_THAT(error_of("physical:psr:lambda=0.3,gate=bonus"), HasSubstr("physical mode"));
+  EXPECT_THAT(error_of("exact:gate=bonus"), HasSubstr("unknown for policy 'exact'"));
 }
 
 TEST(PolicyString, ValidateChecksCacheAgainstModel) {

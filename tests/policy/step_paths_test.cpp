@@ -90,6 +90,8 @@ TEST(StepPaths, EveryPathMakesTheReferenceDecisions) {
           "cacheprior:lambda=0.33333334" + jj, "psr:lambda=0.3,n=2,evict=lru" + jj,
           "cacheprior:lambda=0.2" + jj, "cacheprior:lambda=0.5,range=running,n=1" + jj,
           "physical:psr:lambda=0.3,n=1" + jj, std::string("psr:lambda=3,n=1"),
+          "psr:lambda=0.33333334,n=2,gate=bonus" + jj,
+          "cacheprior:lambda=0.2,n=1,range=running,gate=bonus" + jj,
           std::string("exact:evict=a,n=1"), std::string("spec:n=1")}) {
       const auto ref =
           run_path(spec, calib, policy, cache, TopKPath::kReference, z, g, issued, steps);
