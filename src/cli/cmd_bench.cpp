@@ -143,10 +143,13 @@ std::vector<double> predict_ms(const std::vector<eval::BenchResult>& results,
 }
 
 // A hardware profile measured on this machine: the link from the probe, per-layer compute from
-// the first configuration's phase times on the link clock (A(l), H(l), M(l); the rest of a
-// token's time is the head and the dense layers).
+// the phase times on the link clock (A(l), H(l), M(l); the rest of a token's time is the head
+// and the dense layers) of `b`: the run with every expert in a slot where it fits (no read
+// during decode: the machine's compute), else the first configuration (compute slowed by its
+// own reads, which the simulator then charges a second time as link time).
 nlohmann::json measured_profile(const eval::BenchResult& b, const engine::DiskProbe& probe,
-                                const model::ModelConfig& cfg, const std::string& name) {
+                                const model::ModelConfig& cfg, const std::string& name,
+                                bool compute_without_reads) {
   double attention = 0, moe = 0, host = 0, stall = 0, token = 0;
   for (const eval::BenchRound& r : b.rounds) {
     attention += r.attention_ms;
@@ -159,9 +162,14 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const engine::DiskPr
   const double layers = cfg.moe_layer_count();
   const double copy_s = static_cast<double>(probe.expert_bytes) / probe.bytes_per_s;
   return {{"name", name},
-          {"description", fmt::format("measured by `steermoe profile` on {} ({}), {}; {}",
-                                      machine_facts().cpu, b.config.name, probe.mode,
-                                      "per-layer compute from the link clock's phase times")},
+          {"description",
+           fmt::format("measured by `steermoe profile` on {} ({}), {}; {}", machine_facts().cpu,
+                       b.config.name, probe.mode,
+                       compute_without_reads
+                           ? "per-layer compute from the link clock's phase times with every "
+                             "expert in a slot (no reads while decoding)"
+                           : "per-layer compute from the link clock's phase times under the "
+                             "configuration's own reads")},
           {"model",
            {{"name", cfg.source},
             {"layers", cfg.moe_layer_count()},
@@ -288,6 +296,34 @@ void run_bench_cli(const BenchCli& o) {
           fmt::format("does not fit: {} > {} ({})", bytes_text(plan.total()), bytes_text(room),
                       budget ? "--mem-limit" : "90% of this machine's memory");
   }
+  // steermoe profile: a token's compute measured on the same link with every expert already in
+  // its slot (copied at the start of each window, none while decoding), so the profile holds the
+  // machine's compute, not compute slowed by the reads the simulator models as link time.
+  std::optional<size_t> compute_row;
+  if (!o.profile_out.empty()) {
+    schedule::OffloadRequest all = request;
+    all.cache = cfg.experts;
+    all.residency = 0;
+    offloads.push_back(resolve_policy(all, "exact:evict=lru", *model));
+    const engine::MemoryPlan plan =
+        engine::plan_memory(*model, offloads.back(), engine::resolve_context(cfg, context));
+    const uint64_t room = budget ? budget->limit_bytes() : machine_facts().mem_total / 10 * 9;
+    if (plan.total() <= room) {
+      configs.push_back({.name = fmt::format("compute: every expert in a slot@{} {}", cfg.experts,
+                                             o.engine.link),
+                         .policy = "exact:evict=lru",
+                         .cache = cfg.experts,
+                         .residency = 1.0,
+                         .link = o.engine.link});
+      compute_row = configs.size() - 1;
+    } else {
+      offloads.pop_back();
+      std::fprintf(stderr,
+                   "profile: every expert in a slot does not fit (%s > %s): the compute comes "
+                   "from the first configuration, measured under its own reads\n",
+                   bytes_text(plan.total()).c_str(), bytes_text(room).c_str());
+    }
+  }
   std::optional<engine::DiskProbe> probe;
   if (o.engine.link == "disk" && !o.no_probe) {
     probe = engine::probe_disk_link(*model);
@@ -338,8 +374,10 @@ void run_bench_cli(const BenchCli& o) {
     if (!probe) fail("profile", "--link", "expected --link disk (the link that is measured)");
     write_file_atomic(
         o.profile_out,
-        dump_json(measured_profile(results.front(), *probe, cfg,
-                                   std::filesystem::path(o.profile_out).stem().string()),
+        dump_json(measured_profile(compute_row ? results.at(*compute_row) : results.front(),
+                                   *probe, cfg,
+                                   std::filesystem::path(o.profile_out).stem().string(),
+                                   compute_row.has_value()),
                   2) +
             "\n");
     std::fprintf(stderr, "profile: wrote %s\n", o.profile_out.c_str());
@@ -421,7 +459,9 @@ void add_profile_command(CLI::App& root) {
       "Measure this machine as a hardware profile for `sim`: the disk link's bandwidth and "
       "per-copy "
       "latency (the link itself), and per-layer compute from the phase times of a teacher-forced "
-      "decode (attention + router, policy, MoE, head) under the given link and cache");
+      "decode (attention + router, policy, MoE, head) on that link with every expert in a slot "
+      "(no reads while decoding; where that does not fit in memory, under the given cache and "
+      "its reads)");
   cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
       ->required();
   cmd->add_option("-o,--output", o->profile_out, "Profile to write (.json, data/profiles format)")

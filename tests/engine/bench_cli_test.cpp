@@ -164,6 +164,14 @@ TEST(BenchCli, ProfileWritesAProfileThatSimReads) {
   EXPECT_GT(p.attention_s, 0);
   EXPECT_GT(p.moe_per_expert_s, 0);
   EXPECT_GT(p.head_s, 0);
+  // The compute comes from a run with every expert in a slot (copied when each window starts,
+  // none while decoding), not from the measured cache's run slowed by its own reads.
+  EXPECT_THAT(p.description, HasSubstr("every expert in a slot (no reads while decoding)"));
+  EXPECT_THAT(r.output, HasSubstr("| compute: every expert in a slot@64 disk |"));
+  const size_t row = r.output.find("| compute: every expert in a slot@64 disk |");
+  ASSERT_NE(row, std::string::npos);
+  const std::string line = r.output.substr(row, r.output.find('\n', row) - row);
+  EXPECT_THAT(line, HasSubstr("| 0.00 + 0.00 (0.00, 0.00) | 0.000 |")) << line;
   // Only the disk link is measured.
   const auto bad = test_support::run_cli("profile -m " + kModel.string() + " -f " + kText.string() +
                                          " --link resident -o " + out.string());

@@ -74,6 +74,25 @@ def main():
         if r.returncode == 0 or "steermoe.bench/1" not in r.stderr:
             print(f"FAIL schema check: exit {r.returncode}, {r.stderr!r}")
             failures += 1
+    # Configurations are matched across files by a normalized policy: a key at its default
+    # (gate=window, n=1 for PSR) names the same configuration, gate=bonus another one.
+    sys.path.insert(0, str(PLOT.parent))
+    import plot  # noqa: E402
+    same = [("psr:lambda=0.3", "psr:lambda=0.30,n=1,evict=a,gate=window"),
+            ("cacheprior:lambda=0.2", "cacheprior:lambda=0.2,n=0,evict=lru,gate=window")]
+    differ = [("psr:lambda=0.3", "psr:lambda=0.3,gate=bonus"),
+              ("cacheprior:lambda=0.2,n=1", "cacheprior:lambda=0.2,n=1,gate=bonus")]
+    for a, b in same:
+        if plot.policy_key(a) != plot.policy_key(b):
+            print(f"FAIL policy_key: {a} and {b} should match")
+            failures += 1
+    for a, b in differ:
+        if plot.policy_key(a) == plot.policy_key(b):
+            print(f"FAIL policy_key: {a} and {b} should differ")
+            failures += 1
+    if "bonus-gate" not in plot.label("psr:lambda=0.3,gate=bonus"):
+        print("FAIL label: the bonus gate is not named")
+        failures += 1
     sys.exit(1 if failures else 0)
 
 

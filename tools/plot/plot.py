@@ -46,8 +46,9 @@ def parse_policy(policy):
 # dropped so that "psr:lambda=0.30,n=1" and the canonical "psr:lambda=0.3,n=1,evict=a" name one
 # configuration.
 _DEFAULTS = {"exact": {"evict": "lru", "n": "0", "j": "0", "range": "fixed"},
-             "cacheprior": {"evict": "lru", "n": "0", "j": "0", "range": "fixed"},
-             "psr": {"evict": "a", "n": "1", "j": "0", "range": "fixed"},
+             "cacheprior": {"evict": "lru", "n": "0", "j": "0", "range": "fixed",
+                            "gate": "window"},
+             "psr": {"evict": "a", "n": "1", "j": "0", "range": "fixed", "gate": "window"},
              "spec": {"evict": "a", "n": "1", "j": "0", "range": "fixed"}}
 
 
@@ -75,10 +76,18 @@ def label(policy, cache=None):
         text = f"Cache-Prior λ={k.get('lambda')}"
         if k.get("j", "0") != "0":
             text += f" J={k['j']}"
+        if k.get("n", "0") != "0":
+            text += f" n={k['n']}"
+        if k.get("gate") == "bonus":
+            text += " bonus-gate"
     elif name == "psr":
         text = f"PSR λ={k.get('lambda')} n={k.get('n', '1')}"
+        if k.get("w"):
+            text += f" w={k['w']}"
         if k.get("evict", "a") == "lru":
             text += " LRU"
+        if k.get("gate") == "bonus":
+            text += " bonus-gate"
     elif name == "spec":
         text = f"speculative n={k.get('n', '1')}"
     else:
