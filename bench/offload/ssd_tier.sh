@@ -23,7 +23,7 @@ THREADS=${THREADS:-2}
 ROUNDS=${ROUNDS:-5}
 WINDOWS=${WINDOWS:-2}
 LEN=${LEN:-48}
-read -r -a POLICIES <<< "${POLICIES:-exact:evict=lru cacheprior:lambda=0.2 psr:lambda=0.3,n=1 psr:lambda=0.2,n=1}"
+read -r -a POLICIES <<< "${POLICIES:-exact:evict=lru cacheprior:lambda=0.2 cacheprior:lambda=0.3 psr:lambda=0.3,n=1 psr:lambda=0.2,n=1,gate=bonus psr:lambda=0.3,n=2,gate=bonus}"
 mkdir -p "$DIR" "$OUT"
 
 . bench/bench_common/quiet.sh
