@@ -309,12 +309,12 @@ void run_bench_cli(const BenchCli& o) {
         engine::plan_memory(*model, offloads.back(), engine::resolve_context(cfg, context));
     const uint64_t room = budget ? budget->limit_bytes() : machine_facts().mem_total / 10 * 9;
     if (plan.total() <= room) {
-      configs.push_back({.name = fmt::format("compute: every expert in a slot@{} {}", cfg.experts,
-                                             o.engine.link),
-                         .policy = "exact:evict=lru",
-                         .cache = cfg.experts,
-                         .residency = 1.0,
-                         .link = o.engine.link});
+      configs.push_back(
+          {.name = fmt::format("compute: every expert in a slot@{} {}", cfg.experts, o.engine.link),
+           .policy = "exact:evict=lru",
+           .cache = cfg.experts,
+           .residency = 1.0,
+           .link = o.engine.link});
       compute_row = configs.size() - 1;
     } else {
       offloads.pop_back();
@@ -374,9 +374,8 @@ void run_bench_cli(const BenchCli& o) {
     if (!probe) fail("profile", "--link", "expected --link disk (the link that is measured)");
     write_file_atomic(
         o.profile_out,
-        dump_json(measured_profile(compute_row ? results.at(*compute_row) : results.front(),
-                                   *probe, cfg,
-                                   std::filesystem::path(o.profile_out).stem().string(),
+        dump_json(measured_profile(compute_row ? results.at(*compute_row) : results.front(), *probe,
+                                   cfg, std::filesystem::path(o.profile_out).stem().string(),
                                    compute_row.has_value()),
                   2) +
             "\n");

@@ -86,8 +86,8 @@ RangeMode parse_range(const KeyValue& kv, std::string_view full) {
 PrefetchGate parse_gate(const KeyValue& kv, std::string_view full) {
   if (kv.value == "window") return PrefetchGate::kWindow;
   if (kv.value == "bonus") return PrefetchGate::kBonus;
-  fail(fmt::format("{} '{}'", kWhere, full), "key 'gate'",
-       "expected 'window' or 'bonus', got '{}'", kv.value);
+  fail(fmt::format("{} '{}'", kWhere, full), "key 'gate'", "expected 'window' or 'bonus', got '{}'",
+       kv.value);
 }
 
 const char* kind_name(PolicyKind kind) {
@@ -114,7 +114,8 @@ struct Grammar {
 const Grammar& grammar_for(std::string_view name, std::string_view full) {
   static const std::vector<std::pair<std::string, Grammar>> table = {
       {"exact", {PolicyKind::kExact, {"evict", "n", "w"}, false}},
-      {"cacheprior", {PolicyKind::kCachePrior, {"lambda", "evict", "j", "range", "n", "w", "gate"}, true}},
+      {"cacheprior",
+       {PolicyKind::kCachePrior, {"lambda", "evict", "j", "range", "n", "w", "gate"}, true}},
       {"psr", {PolicyKind::kPsr, {"lambda", "n", "w", "evict", "j", "range", "gate"}, true}},
       {"spec", {PolicyKind::kSpec, {"n", "w", "evict"}, false}},
   };

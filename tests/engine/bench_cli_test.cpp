@@ -99,8 +99,8 @@ TEST(BenchCli, SpeculativeRowsReportCopiesPerCommittedTokenByKind) {
     const fs::path out = temp(name);
     const auto r = test_support::run_cli(
         "bench -m " + kModel.string() + " --generate 32 --prompts " + prompts.string() +
-        " --cache 24 --rounds 1 --warmup 0 --no-floor --draft " + drafter +
-        " --draft-k 5 " + extra + " --json " + out.string());
+        " --cache 24 --rounds 1 --warmup 0 --no-floor --draft " + drafter + " --draft-k 5 " +
+        extra + " --json " + out.string());
     EXPECT_EQ(r.status, 0) << r.output;
     EXPECT_THAT(r.output, HasSubstr(" restore; tau "));
     return read_json(out).at("configurations").at(0).at("rounds").at(0);
@@ -123,8 +123,10 @@ TEST(BenchCli, SpeculativeRowsReportCopiesPerCommittedTokenByKind) {
     EXPECT_LE(a.get<double>(), 1.0);
   }
   EXPECT_GT(spec.at("acceptance_per_depth").at(0).get<double>(), 0.0);
-  const json block = bench("--policy exact:evict=lru --spec-select block:conf --pool 24 "
-                           "--union-slots 24", "spec_block.json");
+  const json block = bench(
+      "--policy exact:evict=lru --spec-select block:conf --pool 24 "
+      "--union-slots 24",
+      "spec_block.json");
   EXPECT_EQ(block.at("copies_source"), "logical");
   EXPECT_GT(block.at("copies_per_token").at("block").get<double>(), 0);
   EXPECT_EQ(block.at("copies_per_token").at("restore").get<double>(), 0);
@@ -134,16 +136,17 @@ TEST(BenchCli, SpeculativeRowsReportCopiesPerCommittedTokenByKind) {
       "bench -m " + kModel.string() + " -f " + kText.string() +
       " --windows 2 --window-len 48 --cache 24 --rounds 1 --warmup 0 --no-floor --policy "
       "psr:lambda=0.3,n=1 --link emulated:50,5 --draft synthetic:0.8 --draft-k 4 --spec-select "
-      "rollback --json " + forced.string());
+      "rollback --json " +
+      forced.string());
   ASSERT_EQ(r.status, 0) << r.output;
   const json c = read_json(forced).at("configurations").at(0);
   EXPECT_THAT(c.at("name").get<std::string>(), HasSubstr("synthetic:0.8"));
   const json& s = c.at("rounds").at(0).at("speculative");
   EXPECT_GT(s.at("tau").get<double>(), 2.0);
   EXPECT_NEAR(s.at("acceptance_per_depth").at(0).get<double>(), 0.8, 0.2);
-  const auto refused = test_support::run_cli(
-      "bench -m " + kModel.string() + " --generate 8 --prompts " + prompts.string() +
-      " --draft synthetic:0.8");
+  const auto refused =
+      test_support::run_cli("bench -m " + kModel.string() + " --generate 8 --prompts " +
+                            prompts.string() + " --draft synthetic:0.8");
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_THAT(refused.output, HasSubstr("synthetic drafts follow a text"));
 }

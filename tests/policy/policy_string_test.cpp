@@ -1,10 +1,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "../error_text.hpp"
 #include "common/error.hpp"
 #include "policy/config.hpp"
-
-#include "../error_text.hpp"
 
 namespace steermoe::policy {
 namespace {
