@@ -127,6 +127,24 @@ std::vector<int32_t> run_checked(const RouterSpec& spec, const Calibration& cali
         const Decision& next = r.decision(l + 1);
         EXPECT_LE(pf.size(), static_cast<size_t>(config.prefetch_budget));
         std::set<int> protected_set;
+        if (config.gate == PrefetchGate::kBonus && config.range == RangeMode::kFixed) {
+          // The candidates are the predicted selection: the top-K of g plus the bonus on the
+          // residents (ties: g, then the lower index), whose residents are all protected first.
+          const float bonus = config.lambda * calib.score_range[l + 1];
+          std::vector<float> biased(spec.experts);
+          for (int e = 0; e < spec.experts; ++e)
+            biased[e] = g[e] + (before.count(e) ? bonus : 0.0f);
+          std::vector<int32_t> idx(spec.experts);
+          for (int e = 0; e < spec.experts; ++e) idx[e] = e;
+          std::sort(idx.begin(), idx.end(), [&](int a, int b) {
+            if (biased[a] != biased[b]) return biased[a] > biased[b];
+            if (g[a] != g[b]) return g[a] > g[b];
+            return a < b;
+          });
+          ranking.assign(idx.begin(), idx.begin() + spec.top_k);
+          for (int e : ranking)
+            if (before.count(e)) protected_set.insert(e);
+        }
         size_t inserted = 0;
         for (int e : ranking) {
           if (inserted < pf.size() && pf[inserted].expert == e) {
@@ -163,7 +181,9 @@ TEST(Invariants, HoldForEveryPolicyOnRandomTraces) {
         Case{"cacheprior:lambda=0.2", false},
         Case{"cacheprior:lambda=0.3,j=2,range=running", false}, Case{"psr:lambda=0.3,n=1", false},
         Case{"psr:lambda=0.3,n=8", false}, Case{"psr:lambda=0.5,n=2,w=4,evict=lru", false},
-        Case{"spec:n=1,w=6", false}}) {
+        Case{"spec:n=1,w=6", false}, Case{"psr:lambda=0,n=2,gate=bonus", true},
+        Case{"psr:lambda=0.3,n=2,gate=bonus", false},
+        Case{"cacheprior:lambda=0.2,n=1,j=2,range=running,gate=bonus", false}}) {
     for (int cache : {4, 6, 8, 16}) {
       SCOPED_TRACE(std::string(c.policy) + " C=" + std::to_string(cache));
       run_checked(spec, calib, c.policy, cache, tr, c.exact);

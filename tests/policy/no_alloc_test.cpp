@@ -5,9 +5,8 @@
 #include <random>
 #include <vector>
 
-#include "policy/router.hpp"
-
 #include "../alloc_counter.hpp"
+#include "policy/router.hpp"
 
 namespace steermoe::policy {
 namespace {
@@ -28,7 +27,7 @@ TEST(NoAllocation, SteadyStatePolicyStepsAllocateNothing) {
   const Calibration calib = calibrator.finish();
   for (const char* policy :
        {"exact:evict=lru", "exact:evict=a,n=2", "cacheprior:lambda=0.2,j=2,range=running",
-        "psr:lambda=0.3,n=1", "psr:lambda=0.3,n=8", "spec:n=1"}) {
+        "psr:lambda=0.3,n=1", "psr:lambda=0.3,n=8", "spec:n=1", "psr:lambda=0.3,n=2,gate=bonus"}) {
     RequestRouter r(spec, parse_policy(policy), calib, 32);
     auto run = [&](int steps) {
       for (int t = 0; t < steps; ++t) {
