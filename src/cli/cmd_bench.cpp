@@ -273,6 +273,16 @@ void run_bench_cli(const BenchCli& o) {
                        .residency = static_cast<double>(cache) / cfg.experts,
                        .link = o.engine.link});
   }
+  // Why a configuration that holds every expert in memory cannot run here (the budget, or 90%
+  // of this machine's memory), or "" when it fits.
+  const auto does_not_fit = [&](const schedule::OffloadConfig& every_expert) -> std::string {
+    const engine::MemoryPlan plan =
+        engine::plan_memory(*model, every_expert, engine::resolve_context(cfg, context));
+    const uint64_t room = budget ? budget->limit_bytes() : machine_facts().mem_total / 10 * 9;
+    if (plan.total() <= room) return {};
+    return fmt::format("does not fit: {} > {} ({})", bytes_text(plan.total()), bytes_text(room),
+                       budget ? "--mem-limit" : "90% of this machine's memory");
+  };
   if (!o.no_floor) {
     configs.push_back({.name = "all experts resident",
                        .policy = "exact:evict=lru",
@@ -287,14 +297,7 @@ void run_bench_cli(const BenchCli& o) {
     offloads.push_back(resolve_policy(floor, "exact:evict=lru", *model));
     // The floor computes with every weight in memory; where they do not all fit (the budget,
     // or this machine's memory) it would measure page faults instead: say so, do not time it.
-    const engine::MemoryPlan plan =
-        engine::plan_memory(*model, offloads.back(), engine::resolve_context(cfg, context));
-    const MachineFacts machine = machine_facts();
-    const uint64_t room = budget ? budget->limit_bytes() : machine.mem_total / 10 * 9;
-    if (plan.total() > room)
-      configs.back().unavailable =
-          fmt::format("does not fit: {} > {} ({})", bytes_text(plan.total()), bytes_text(room),
-                      budget ? "--mem-limit" : "90% of this machine's memory");
+    configs.back().unavailable = does_not_fit(offloads.back());
   }
   // steermoe profile: a token's compute measured on the same link with every expert already in
   // its slot (copied at the start of each window, none while decoding), so the profile holds the
@@ -305,10 +308,8 @@ void run_bench_cli(const BenchCli& o) {
     all.cache = cfg.experts;
     all.residency = 0;
     offloads.push_back(resolve_policy(all, "exact:evict=lru", *model));
-    const engine::MemoryPlan plan =
-        engine::plan_memory(*model, offloads.back(), engine::resolve_context(cfg, context));
-    const uint64_t room = budget ? budget->limit_bytes() : machine_facts().mem_total / 10 * 9;
-    if (plan.total() <= room) {
+    const std::string why = does_not_fit(offloads.back());
+    if (why.empty()) {
       configs.push_back(
           {.name = fmt::format("compute: every expert in a slot@{} {}", cfg.experts, o.engine.link),
            .policy = "exact:evict=lru",
@@ -319,9 +320,9 @@ void run_bench_cli(const BenchCli& o) {
     } else {
       offloads.pop_back();
       std::fprintf(stderr,
-                   "profile: every expert in a slot does not fit (%s > %s): the compute comes "
-                   "from the first configuration, measured under its own reads\n",
-                   bytes_text(plan.total()).c_str(), bytes_text(room).c_str());
+                   "profile: every expert in a slot %s: the compute comes from the first "
+                   "configuration, measured under its own reads\n",
+                   why.c_str());
     }
   }
   std::optional<engine::DiskProbe> probe;

@@ -313,32 +313,32 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
   begin_layer_step(layer);
   LayerCache& c = caches_[layer];
   Decision& d = decisions_[layer];
-  // g: the pre-gate ranking (ties: lower index). Kept for speculative execution.
+  // g: the pre-gate ranking (ties: lower index), walked by the window gate and kept for
+  // speculative execution; the bonus gate walks the predicted selection instead.
+  const bool window_gate = config_.gate == PrefetchGate::kWindow;
   std::vector<int32_t>& g = pregate_rank_[layer];
-  top_k(pregate, pregate, static_cast<int>(g.size()), g, path_);
-  have_pregate_[layer] = 1;
+  if (window_gate || speculative) {
+    top_k(pregate, pregate, static_cast<int>(g.size()), g, path_);
+    have_pregate_[layer] = 1;
+  }
   if (budget == 0) return {};
-  // The candidates in walk order: g[0:W], or with gate=bonus the predicted selection (the
-  // bonused top-K of the pre-gate scores against R before any insertion of this step), so that
-  // a copy is made only for an expert part 2 would demand-load if the prediction held.
   std::span<const int32_t> candidates = std::span<const int32_t>(g).first(window_);
-  if (config_.gate == PrefetchGate::kBonus) {
+  if (!window_gate) {
+    // The predicted selection: the bonused top-K of the pre-gate scores against R before any
+    // insertion of this step, so that a copy is made only for an expert part 2 would
+    // demand-load if the prediction held. Its residents are all protected before anything is
+    // inserted (the prediction keeps them); the window walk protects in rank order instead, as
+    // the paper's Algorithm 1 does.
     bonused_top_k_plain(c, pregate, {}, config_.lambda * range_before_step(layer));
     candidates = topk_;
-    // Every resident of the predicted selection is protected before anything is inserted: the
-    // prediction keeps them, so an insertion must not evict one (the window walk protects in
-    // rank order instead, as the paper's Algorithm 1 does).
     for (const int32_t e : candidates) {
-      if (!c.resident(e)) continue;
-      c.protected_[e] = 1;
-      if (fast_argmin()) c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
+      if (c.resident(e)) protect_resident(c, e);
     }
   }
   int inserted = 0;
   for (const int32_t e : candidates) {
     if (c.resident(e)) {
-      c.protected_[e] = 1;
-      if (fast_argmin()) c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
+      protect_resident(c, e);
       continue;
     }
     if (inserted >= budget) continue;
@@ -359,6 +359,12 @@ std::span<const Copy> RequestRouter::prefetch(int layer, std::span<const float> 
     ++inserted;
   }
   return d.prefetch;
+}
+
+// Adds the resident `e` to B (and takes its slot out of the part-1 victim keys).
+void RequestRouter::protect_resident(LayerCache& c, int e) {
+  c.protected_[e] = 1;
+  if (fast_argmin()) c.key_protected_[c.slot_of_[e]] = std::numeric_limits<float>::infinity();
 }
 
 float RequestRouter::range_before_step(int layer) const {

@@ -130,9 +130,11 @@ class RequestRouter {
   void begin_layer_step(int layer);
   void checkpoint(int layer);
   float layer_range(int layer, std::span<const float> z);
-  // range_l as part 2 of this step will see it before its own update: the calibrated range, or
-  // the running mean so far (the calibrated range before the first step). Changes nothing.
+  // range_l before this step's part 2: the calibrated range, or with range=running the mean
+  // over earlier steps (part 2 adds this step's range first; the calibrated range before the
+  // first step). Changes nothing.
   float range_before_step(int layer) const;
+  void protect_resident(LayerCache& c, int e);
   void bonused_top_k_plain(const LayerCache& c, std::span<const float> z,
                            std::span<const uint8_t> issued, float bonus);
   bool fused_bonused_top_k(const LayerCache& c, std::span<const float> z,
