@@ -147,9 +147,11 @@ std::vector<double> predict_ms(const std::vector<eval::BenchResult>& results,
 // and the dense layers) of `b`: the run with every expert in a slot where it fits (no read
 // during decode: the machine's compute), else the first configuration (compute slowed by its
 // own reads, which the simulator then charges a second time as link time).
-nlohmann::json measured_profile(const eval::BenchResult& b, const engine::DiskProbe& probe,
-                                const model::ModelConfig& cfg, const std::string& name,
-                                bool compute_without_reads) {
+// `beside_reads`: the same run with the link reading beside it all along (or nullptr): compute
+// there runs at 1 - slowdown of its speed alone.
+nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchResult* beside_reads,
+                                const engine::DiskProbe& probe, const model::ModelConfig& cfg,
+                                const std::string& name, bool compute_without_reads) {
   double attention = 0, moe = 0, host = 0, stall = 0, token = 0;
   for (const eval::BenchRound& r : b.rounds) {
     attention += r.attention_ms;
@@ -159,6 +161,14 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const engine::DiskPr
     token += r.link_clock_ms;
   }
   const double n = static_cast<double>(std::max<size_t>(b.rounds.size(), 1));
+  double slowdown = 0;
+  if (beside_reads != nullptr && !beside_reads->rounds.empty() && attention + moe > 0) {
+    double busy = 0;
+    for (const eval::BenchRound& r : beside_reads->rounds) busy += r.attention_ms + r.moe_ms;
+    busy /= static_cast<double>(beside_reads->rounds.size());
+    // Faster beside reads than alone is noise: no slowdown. Capped below 1 (the profile's range).
+    slowdown = std::clamp(1.0 - (attention + moe) / n / busy, 0.0, 0.9);
+  }
   const double layers = cfg.moe_layer_count();
   const double copy_s = static_cast<double>(probe.expert_bytes) / probe.bytes_per_s;
   return {{"name", name},
@@ -167,7 +177,8 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const engine::DiskPr
                        b.config.name, probe.mode,
                        compute_without_reads
                            ? "per-layer compute from the link clock's phase times with every "
-                             "expert in a slot (no reads while decoding)"
+                             "expert in a slot (no reads while decoding); compute_slowdown from "
+                             "the same run with the link reading beside it"
                            : "per-layer compute from the link clock's phase times under the "
                              "configuration's own reads")},
           {"model",
@@ -179,7 +190,8 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const engine::DiskPr
            {{"bandwidth_GBps", probe.bytes_per_s / 1e9},
             {"latency_us", std::max(0.0, probe.copy_latency_s - copy_s) * 1e6},
             // The disk link keeps several reads in flight: their latency overlaps.
-            {"pipelined", true}}},
+            {"pipelined", true},
+            {"compute_slowdown", slowdown}}},
           {"expert_bytes", probe.expert_bytes},
           {"compute_us",
            {{"attention", attention / n / layers * 1e3},
@@ -302,7 +314,7 @@ void run_bench_cli(const BenchCli& o) {
   // steermoe profile: a token's compute measured on the same link with every expert already in
   // its slot (copied at the start of each window, none while decoding), so the profile holds the
   // machine's compute, not compute slowed by the reads the simulator models as link time.
-  std::optional<size_t> compute_row;
+  std::optional<size_t> compute_row, reads_row;
   if (!o.profile_out.empty()) {
     schedule::OffloadRequest all = request;
     all.cache = cfg.experts;
@@ -317,6 +329,13 @@ void run_bench_cli(const BenchCli& o) {
            .residency = 1.0,
            .link = o.engine.link});
       compute_row = configs.size() - 1;
+      // The same again with the link reading beside it all along: how much slower compute runs
+      // while a copy transfers on this machine (the profile's link.compute_slowdown).
+      offloads.push_back(offloads.back());
+      configs.push_back(configs.back());
+      configs.back().name = fmt::format("compute beside reads: every expert in a slot@{} {}",
+                                        cfg.experts, o.engine.link);
+      reads_row = configs.size() - 1;
     } else {
       offloads.pop_back();
       std::fprintf(stderr,
@@ -355,7 +374,11 @@ void run_bench_cli(const BenchCli& o) {
                        .record_routing = !o.predict.empty(),
                        .drafter = drafter.engine.get(),
                        .synthetic = drafter.synthetic,
-                       .draft_k = o.spec.draft_k},
+                       .draft_k = o.spec.draft_k,
+                       .beside = [&](size_t c) -> std::shared_ptr<void> {
+                         if (c != reads_row) return nullptr;
+                         return std::make_shared<engine::BackgroundReads>(*model);
+                       }},
                       progress);
   std::vector<double> predicted;
   if (!o.predict.empty()) {
@@ -375,8 +398,9 @@ void run_bench_cli(const BenchCli& o) {
     if (!probe) fail("profile", "--link", "expected --link disk (the link that is measured)");
     write_file_atomic(
         o.profile_out,
-        dump_json(measured_profile(compute_row ? results.at(*compute_row) : results.front(), *probe,
-                                   cfg, std::filesystem::path(o.profile_out).stem().string(),
+        dump_json(measured_profile(compute_row ? results.at(*compute_row) : results.front(),
+                                   reads_row ? &results.at(*reads_row) : nullptr, *probe, cfg,
+                                   std::filesystem::path(o.profile_out).stem().string(),
                                    compute_row.has_value()),
                   2) +
             "\n");

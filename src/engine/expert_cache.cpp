@@ -93,10 +93,7 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
       break;
     case LinkKind::kSim: {
       profile_ = schedule::load_profile(config_.link.profile);
-      auto clock = std::make_unique<link::SimulatedLink>(
-          link::SimulatedLinkParams{.bandwidth_bytes_per_s = profile_.link_bandwidth_bytes_per_s,
-                                    .latency_s = profile_.link_latency_s,
-                                    .pipelined = profile_.link_pipelined});
+      auto clock = std::make_unique<link::SimulatedLink>(profile_.link_params());
       sim_clock_ = clock.get();
       link_ = std::move(clock);
       expert_bytes_ = profile_.expert_bytes;

@@ -53,4 +53,28 @@ DiskProbe probe_disk_link(const model::Model& model, int copies) {
   return probe;
 }
 
+BackgroundReads::BackgroundReads(const model::Model& model) {
+  const link::ExpertLayout layout = model::expert_layout(model);
+  if (layout.layers() == 0 || !layout.on_disk())
+    fail(model.path().string(), "experts",
+         "expected every expert stored as-is in the file to read beside compute");
+  thread_ = std::thread([this, layout] {
+    link::SlotArena arena(layout.layers(), 1, layout.slot_bytes());
+    link::DiskLink disk(layout, arena, {});
+    const int layers = layout.layers();
+    for (int i = 0; !stop_.load(std::memory_order_relaxed); ++i) {
+      const int layer = i % layers;
+      const int expert = (i / layers) % layout.experts();
+      disk.wait(disk.enqueue({.layer = layer, .slot = 0, .expert = expert, .bytes = 0}));
+      bytes_.fetch_add(static_cast<int64_t>(layout.expert_bytes(layer, expert)),
+                       std::memory_order_relaxed);
+    }
+  });
+}
+
+BackgroundReads::~BackgroundReads() {
+  stop_.store(true, std::memory_order_relaxed);
+  thread_.join();
+}
+
 }  // namespace steermoe::engine

@@ -4,8 +4,11 @@
 // reader's.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <thread>
 
 #include "model/weights.hpp"
 
@@ -23,5 +26,22 @@ struct DiskProbe {
 // previous one cached) through a DiskLink. Throws steermoe::Error when the model's experts are
 // not stored as-is in its file(s).
 DiskProbe probe_disk_link(const model::Model& model, int copies = 64);
+
+// While alive, a thread of its own keeps the disk link reading distinct experts of `model`, one
+// copy after another (as prefetches run beside compute): what `steermoe profile` times compute
+// beside, to measure how much slower compute runs while the link transfers on this machine.
+class BackgroundReads {
+ public:
+  explicit BackgroundReads(const model::Model& model);
+  ~BackgroundReads();  // stops after the copy in flight and joins
+  BackgroundReads(const BackgroundReads&) = delete;
+  BackgroundReads& operator=(const BackgroundReads&) = delete;
+  int64_t bytes_read() const { return bytes_.load(std::memory_order_relaxed); }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::atomic<int64_t> bytes_{0};
+  std::thread thread_;
+};
 
 }  // namespace steermoe::engine

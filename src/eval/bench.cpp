@@ -73,8 +73,7 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
   std::vector<int32_t> out;
   std::vector<float> logits;  // teacher forcing: the verified rows (unused here)
   if (options.generate == 0)
-    logits.resize(static_cast<size_t>(options.draft_k + 1) *
-                  static_cast<size_t>(e.config().vocab));
+    logits.resize(static_cast<size_t>(options.draft_k + 1) * static_cast<size_t>(e.config().vocab));
   const auto time_step = [&](auto&& step) {
     const auto t0 = Clock::now();
     const int committed = step();
@@ -92,7 +91,8 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
       out.clear();
       out.push_back(sd.begin(seq));
       before = e.cache_stats();
-      while (static_cast<int>(out.size()) < options.generate) time_step([&] { return sd.step(out); });
+      while (static_cast<int>(out.size()) < options.generate)
+        time_step([&] { return sd.step(out); });
     } else {
       sd.begin_forced(seq.first(1), seq[1]);
       before = e.cache_stats();
@@ -126,9 +126,9 @@ BenchRound run_speculative_round(engine::Engine& e, std::span<const std::vector<
   r.verify_ms = s.verify_s * 1e3 / committed;
   r.acceptance.resize(s.reached.size());
   for (size_t d = 0; d < s.reached.size(); ++d)
-    r.acceptance[d] =
-        s.reached[d] > 0 ? static_cast<double>(s.accepted[d]) / static_cast<double>(s.reached[d])
-                         : 0.0;
+    r.acceptance[d] = s.reached[d] > 0
+                          ? static_cast<double>(s.accepted[d]) / static_cast<double>(s.reached[d])
+                          : 0.0;
   return r;
 }
 
@@ -172,8 +172,8 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
   r.p50_ms = percentile(ms, 0.5);
   r.p99_ms = percentile(ms, 0.99);
   if (options.token_ms) r.token_ms = ms;
-  copy_figures(r, sum,
-               static_cast<double>(sum.physical ? sum.tokens : sum.routed_tokens), total_ms, e);
+  copy_figures(r, sum, static_cast<double>(sum.physical ? sum.tokens : sum.routed_tokens), total_ms,
+               e);
   return r;
 }
 
@@ -205,7 +205,9 @@ std::vector<BenchResult> run_bench(
       // warm-up round when there is one, so the timed rounds do not pay for it.
       const bool record = options.record_routing && round == (options.warmup_rounds > 0 ? -1 : 0);
       if (record) e->set_recorder(&results[c].record);
+      std::shared_ptr<void> beside = options.beside ? options.beside(c) : nullptr;
       BenchRound r = run_round(*e, sequences, options, round);
+      beside.reset();
       if (record) e->set_recorder(nullptr);
       if (round >= 0) results[c].rounds.push_back(std::move(r));  // warm-up rounds: untimed
       if (progress) progress(++done, total);
@@ -318,7 +320,8 @@ std::string bench_table(std::span<const BenchResult> results) {
                           avg(b, &BenchRound::block_copies), avg(b, &BenchRound::restore_copies),
                           avg(b, &BenchRound::tau));
     out += fmt::format(
-        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, {:.2f}){} "
+        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, "
+        "{:.2f}){} "
         "| "
         "{:.3f} | {:.4f} ({:.2f}%) |\n",
         b.config.name, mean, m.size() >= 2 ? mi.ci_low : mean, m.size() >= 2 ? mi.ci_high : mean,

@@ -50,6 +50,10 @@ struct BenchOptions {
   engine::Engine* drafter = nullptr;
   std::optional<engine::SyntheticDraft> synthetic;
   int draft_k = 4;
+  // Work run beside configuration i (e.g. reads competing with its compute): called before each
+  // of its rounds, warm-up included; what it returns lives while the round runs. May be empty,
+  // or return nullptr for configurations that run alone.
+  std::function<std::shared_ptr<void>(size_t)> beside;
 };
 
 struct BenchRound {

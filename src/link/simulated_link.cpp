@@ -6,12 +6,16 @@
 
 namespace steermoe::link {
 
-SimulatedLink::SimulatedLink(const SimulatedLinkParams& params) : params_(params), ring_(64) {
+SimulatedLink::SimulatedLink(const SimulatedLinkParams& params)
+    : params_(params), ring_(64), transfer_start_(64) {
   if (!(params.bandwidth_bytes_per_s > 0))
     fail("simulated link", "bandwidth", "must be > 0 bytes/s, got {}",
          params.bandwidth_bytes_per_s);
   if (!(params.latency_s >= 0))
     fail("simulated link", "latency", "must be >= 0 s, got {}", params.latency_s);
+  if (!(params.compute_slowdown >= 0 && params.compute_slowdown < 1))
+    fail("simulated link", "compute slowdown", "must be in [0, 1), got {}",
+         params.compute_slowdown);
 }
 
 double SimulatedLink::copy_seconds(int64_t bytes) const {
@@ -24,8 +28,13 @@ Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
   if (in_flight == ring_.size()) {
     // Grow the ring, unrolling it so that head_ becomes 0 (only happens at new peaks).
     std::vector<double> bigger(ring_.size() * 2);
-    for (size_t i = 0; i < in_flight; ++i) bigger[i] = ring_[(head_ + i) & (ring_.size() - 1)];
+    std::vector<double> bigger_start(ring_.size() * 2);
+    for (size_t i = 0; i < in_flight; ++i) {
+      bigger[i] = ring_[(head_ + i) & (ring_.size() - 1)];
+      bigger_start[i] = transfer_start_[(head_ + i) & (ring_.size() - 1)];
+    }
     ring_.swap(bigger);
+    transfer_start_.swap(bigger_start);
     head_ = 0;
   }
   double start = std::max(now_, last_end_);
@@ -39,6 +48,7 @@ Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
   last_end_ = start + duration;
   ++last_ticket_;
   ring_[(head_ + in_flight) & (ring_.size() - 1)] = last_end_;
+  transfer_start_[(head_ + in_flight) & (ring_.size() - 1)] = start;
   bytes_moved_ += copy.bytes;
   busy_seconds_ += duration;
   if (log_enabled_) log_.push_back({last_ticket_, copy, now_, start, last_end_});
@@ -78,7 +88,30 @@ void SimulatedLink::wait(Ticket ticket) {
 
 void SimulatedLink::advance(double seconds) {
   SM_ASSERT(seconds >= 0);
-  now_ += seconds;
+  // No retire() here: completion_time() may still be asked about tickets completed meanwhile.
+  const double rate_busy = 1.0 - params_.compute_slowdown;
+  // Busy intervals [transfer start, end] of the copies in flight are disjoint and in ticket
+  // order (one FIFO); between them, and after the last, the work runs at full speed.
+  double left = seconds;
+  const auto in_flight = static_cast<size_t>(last_ticket_ - completed_);
+  for (size_t i = 0; i < in_flight && left > 0 && params_.compute_slowdown > 0; ++i) {
+    const size_t at = (head_ + i) & (ring_.size() - 1);
+    const double busy_from = std::max(now_, transfer_start_[at]);
+    const double busy_to = ring_[at];
+    if (busy_to <= now_) continue;
+    const double idle = busy_from - now_;  // full speed up to this transfer
+    if (left <= idle) break;
+    left -= idle;
+    now_ = busy_from;
+    const double busy_work = (busy_to - busy_from) * rate_busy;
+    if (left <= busy_work) {
+      now_ += left / rate_busy;
+      return;
+    }
+    left -= busy_work;
+    now_ = busy_to;
+  }
+  now_ += left;
 }
 
 }  // namespace steermoe::link

@@ -23,6 +23,11 @@ struct SimulatedLinkParams {
   // another (a disk with a queue of reads): a copy ends at max(enqueue + latency + transfer,
   // previous end + transfer).
   bool pipelined = false;
+  // Fraction of the caller's speed lost while a copy transfers, in [0, 1): on a CPU whose cores
+  // also serve the link (a virtual disk's I/O, the memory bus a DMA shares), work advanced while
+  // a transfer is under way takes 1 / (1 - compute_slowdown) as long. 0 (a GPU's copy engine):
+  // advance() is plain addition.
+  double compute_slowdown = 0;
 };
 
 // Start and end of one simulated copy, kept only when the log is enabled (tests, traces).
@@ -43,7 +48,9 @@ class SimulatedLink final : public Link {
   void wait(Ticket ticket) override;
   double now() override { return now_; }
 
-  // Simulated work of the caller (compute, host policy) lets `seconds` pass.
+  // Simulated work of the caller (compute, host policy) lets `seconds` pass, or more where
+  // compute_slowdown > 0 and copies transfer meanwhile: the transfers in flight are known at this
+  // point (FIFO, fixed durations), so the stretch is exact, not sampled.
   void advance(double seconds);
   // Completion time of an in-flight (or just-enqueued) copy; the ticket must not have been
   // retired yet (i.e. > completed() at the last query) unless the log is on.
@@ -71,8 +78,10 @@ class SimulatedLink final : public Link {
   Ticket completed_ = kNoTicket;
   int64_t bytes_moved_ = 0;
   double busy_seconds_ = 0;
-  // Ring of completion times of tickets completed_+1 .. last_ticket_ (capacity a power of two).
+  // Ring of completion times of tickets completed_+1 .. last_ticket_ (capacity a power of two),
+  // and beside it when each one's transfer starts (the link is busy from there to the end).
   std::vector<double> ring_;
+  std::vector<double> transfer_start_;
   std::size_t head_ = 0;  // ring index of ticket completed_ + 1
   bool log_enabled_ = false;
   std::vector<CopyEvent> log_;

@@ -71,6 +71,9 @@ HardwareProfile parse_profile(const nlohmann::json& json, const std::string& whe
       fail(lw, "pipelined", "expected true or false, got {}", json_excerpt(link.at("pipelined")));
     p.link_pipelined = link.at("pipelined").get<bool>();
   }
+  p.link_compute_slowdown = number(link, "compute_slowdown", lw, 0, false);
+  if (!(p.link_compute_slowdown < 1))
+    fail(lw, "compute_slowdown", "expected a fraction in [0, 1), got {}", p.link_compute_slowdown);
   p.expert_bytes = static_cast<int64_t>(number(json, "expert_bytes", where, 1, true));
   const auto& compute = section(json, "compute_us", where);
   const std::string cw = where + ": compute_us";
@@ -90,7 +93,8 @@ nlohmann::json HardwareProfile::to_json() const {
           {"link",
            {{"bandwidth_GBps", link_bandwidth_bytes_per_s / 1e9},
             {"latency_us", link_latency_s * 1e6},
-            {"pipelined", link_pipelined}}},
+            {"pipelined", link_pipelined},
+            {"compute_slowdown", link_compute_slowdown}}},
           {"expert_bytes", expert_bytes},
           {"compute_us",
            {{"attention", attention_s * 1e6},
@@ -99,6 +103,13 @@ nlohmann::json HardwareProfile::to_json() const {
             {"dense_per_token", dense_s * 1e6},
             {"head", head_s * 1e6}}},
           {"host_policy_us", host_policy_s * 1e6}};
+}
+
+link::SimulatedLinkParams HardwareProfile::link_params() const {
+  return {.bandwidth_bytes_per_s = link_bandwidth_bytes_per_s,
+          .latency_s = link_latency_s,
+          .pipelined = link_pipelined,
+          .compute_slowdown = link_compute_slowdown};
 }
 
 std::filesystem::path default_profile_dir() {

@@ -8,6 +8,8 @@
 #include <string>
 #include <string_view>
 
+#include "link/simulated_link.hpp"
+
 namespace steermoe::schedule {
 
 struct HardwareProfile {
@@ -22,7 +24,10 @@ struct HardwareProfile {
   double link_bandwidth_bytes_per_s = 0;  // > 0
   double link_latency_s = 0;              // per copy
   bool link_pipelined = false;            // copies overlap their latency (SimulatedLinkParams)
-  int64_t expert_bytes = 0;               // bytes of one routed expert (> 0)
+  // Fraction of compute speed lost while a copy transfers (SimulatedLinkParams): measured by
+  // `steermoe profile` on a CPU whose cores also serve the disk; 0 for a GPU's copy engine.
+  double link_compute_slowdown = 0;
+  int64_t expert_bytes = 0;  // bytes of one routed expert (> 0)
   // Compute per MoE layer: A(l) = attention + router + pre-gate; M(l) = moe_fixed (shared
   // experts, combine, residual) + |S| * moe_per_expert.
   double attention_s = 0;
@@ -37,6 +42,8 @@ struct HardwareProfile {
   // ms/token with every expert resident (no copies, no stalls): the compute floor.
   double resident_token_seconds(int layers_used, int top_k_used) const;
   nlohmann::json to_json() const;
+  // The simulated link these figures describe (the one place a profile becomes a link).
+  link::SimulatedLinkParams link_params() const;
 };
 
 // Parses a profile; `where` names the file in messages. Durations in the file are in

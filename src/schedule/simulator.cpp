@@ -64,9 +64,7 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
   const int layers = spec.layers;
   const int slots = options.cache_slots;
 
-  link::SimulatedLink link({.bandwidth_bytes_per_s = profile.link_bandwidth_bytes_per_s,
-                            .latency_s = profile.link_latency_s,
-                            .pipelined = profile.link_pipelined});
+  link::SimulatedLink link(profile.link_params());
   link.enable_log(options.keep_events);
   OffloadStep step(spec, config, calibration,
                    {.cache_slots = slots,

@@ -4,18 +4,23 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 
 #include "../cli_runner.hpp"
 #include "../json_test_util.hpp"
 #include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "common/memory_budget.hpp"
+#include "engine/link_probe.hpp"
 #include "engine/memory_plan.hpp"
+#include "model/expert_ranges.hpp"
+#include "model/weights.hpp"
 #include "schedule/profile.hpp"
 
 namespace steermoe::engine {
@@ -175,11 +180,29 @@ TEST(BenchCli, ProfileWritesAProfileThatSimReads) {
   ASSERT_NE(row, std::string::npos);
   const std::string line = r.output.substr(row, r.output.find('\n', row) - row);
   EXPECT_THAT(line, HasSubstr("| 0.00 + 0.00 (0.00, 0.00) | 0.000 |")) << line;
+  // And again with the link reading beside it: the compute slowdown while copies transfer, a
+  // fraction the simulator accepts.
+  EXPECT_THAT(r.output, HasSubstr("| compute beside reads: every expert in a slot@64 disk |"));
+  EXPECT_GE(p.link_compute_slowdown, 0.0);
+  EXPECT_LT(p.link_compute_slowdown, 1.0);
   // Only the disk link is measured.
   const auto bad = test_support::run_cli("profile -m " + kModel.string() + " -f " + kText.string() +
                                          " --link resident -o " + out.string());
   EXPECT_NE(bad.status, 0);
   EXPECT_THAT(bad.output, HasSubstr("--link"));
+}
+
+// What `profile` times compute beside: the disk link reading on a thread of its own until the
+// object goes.
+TEST(BackgroundReads, KeepReadingUntilDestroyed) {
+  const auto m = model::Model::load(kModel);
+  const auto start = std::chrono::steady_clock::now();
+  BackgroundReads reads(*m);
+  const int64_t expert = static_cast<int64_t>(model::expert_layout(*m).expert_bytes(0, 0));
+  while (reads.bytes_read() < 3 * expert &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  EXPECT_GE(reads.bytes_read(), 3 * expert);  // several copies, one after another
 }
 
 TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {

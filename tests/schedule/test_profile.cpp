@@ -65,6 +65,22 @@ TEST(Profile, ErrorsNameTheFieldAndTheKnownProfiles) {
   j["compute_us"]["head"] = 1;
   const HardwareProfile ok = parse_profile(j, "x.json");
   EXPECT_NEAR(parse_profile(ok.to_json(), "round trip").link_bandwidth_bytes_per_s, 10e9, 1e-3);
+  // The compute slowdown while the link transfers: optional (0), a fraction below 1.
+  EXPECT_EQ(ok.link_compute_slowdown, 0.0);
+  EXPECT_EQ(ok.link_params().compute_slowdown, 0.0);
+  j["link"]["compute_slowdown"] = 0.25;
+  const HardwareProfile shared = parse_profile(j, "x.json");
+  EXPECT_EQ(parse_profile(shared.to_json(), "round trip").link_compute_slowdown, 0.25);
+  EXPECT_EQ(shared.link_params().compute_slowdown, 0.25);
+  for (const double bad : {1.0, -0.5}) {
+    j["link"]["compute_slowdown"] = bad;
+    try {
+      parse_profile(j, "x.json");
+      FAIL() << "accepted compute_slowdown " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("compute_slowdown"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

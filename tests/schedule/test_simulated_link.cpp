@@ -67,6 +67,43 @@ TEST(SimulatedLink, WaitAdvancesTheClockToTheCompletionOnlyIfNeeded) {
   EXPECT_NEAR(link.now(), 6e-3, kEps);
 }
 
+// Compute that shares the machine with the link: work advanced while a transfer runs takes
+// 1 / (1 - slowdown) as long; before, between and after transfers it runs at full speed.
+TEST(SimulatedLink, WorkRunsSlowerOnlyWhileATransferRuns) {
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6,
+                      .latency_s = 1e-3,
+                      .pipelined = true,
+                      .compute_slowdown = 0.5});
+  // Transfers: [1, 3] ms (latency 1 ms first, then 2 ms of transfer) and [3, 4] ms.
+  link.enqueue({.bytes = 2000});
+  link.enqueue({.bytes = 1000});
+  // 1 ms at full speed (the first latency), then 3 ms of busy link at half speed = 1.5 ms of
+  // work, then 0.5 ms at full speed after the last transfer: 3 ms of work end at 4.5 ms.
+  link.advance(3e-3);
+  EXPECT_NEAR(link.now(), 4.5e-3, kEps);
+  // Nothing in flight any more: plain addition.
+  link.advance(1e-3);
+  EXPECT_NEAR(link.now(), 5.5e-3, kEps);
+  // Work that ends inside a transfer: from 5.5 ms, a 2 ms transfer starts at 6.5 ms (latency).
+  link.enqueue({.bytes = 2000});
+  link.advance(1.5e-3);  // 1 ms full speed, then 0.5 ms of work at half speed = 1 ms
+  EXPECT_NEAR(link.now(), 7.5e-3, kEps);
+  // Completion times do not move: the link is not slowed by the compute.
+  EXPECT_NEAR(link.completion_time(3), 8.5e-3, kEps);
+}
+
+TEST(SimulatedLink, NoSlowdownIsPlainAdditionAndBadSlowdownsAreRefused) {
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0});
+  link.enqueue({.bytes = 5000});
+  link.advance(2e-3);
+  EXPECT_NEAR(link.now(), 2e-3, kEps);
+  for (const double bad : {-0.1, 1.0, 2.0}) {
+    EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 1e6, .compute_slowdown = bad}),
+                 steermoe::Error)
+        << bad;
+  }
+}
+
 TEST(SimulatedLink, RingGrowsPastItsInitialCapacityWithoutLosingOrder) {
   SimulatedLink link({.bandwidth_bytes_per_s = 1e9, .latency_s = 1e-6});
   for (int i = 0; i < 1000; ++i) link.enqueue({.bytes = 1000});  // 2 us each

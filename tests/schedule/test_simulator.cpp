@@ -252,6 +252,35 @@ TEST(Simulator, PrefetchPacingChangesCopiesNotDecisions) {
   }
 }
 
+// Compute sharing the machine with the link (a profile's compute_slowdown) makes tokens slower
+// where prefetches overlap compute, never changes a decision, and costs nothing where no copy
+// runs beside compute (demand copies only, or every expert resident).
+TEST(Simulator, ComputeSlowdownWhileCopyingCostsTimeNotDecisions) {
+  const SyntheticTrace held_out = testing::make_trace(4, 16, 4, 300, 3, 99);
+  const policy::Calibration calib = testing::calibrate(held_out);
+  const SyntheticTrace trace = testing::make_trace(4, 16, 4, 240, 2, 5);
+  HardwareProfile shared = tiny_profile();
+  shared.link_compute_slowdown = 0.3;
+  for (const char* text : {"psr:lambda=0.3,n=2", "exact:evict=lru"}) {
+    const policy::PolicyConfig config = policy::parse_policy(text);
+    auto run = [&](const HardwareProfile& p, int slots) {
+      return simulate(trace.spec, config, calib, p, trace.view(),
+                      {.cache_slots = slots, .max_inflight = 2});
+    };
+    const SimResult alone = run(tiny_profile(), 8);
+    const SimResult beside = run(shared, 8);
+    EXPECT_EQ(beside.decision_hash, alone.decision_hash) << text;
+    EXPECT_EQ(beside.totals.demand, alone.totals.demand) << text;
+    EXPECT_EQ(beside.totals.prefetch_emitted, alone.totals.prefetch_emitted) << text;
+    if (config.prefetch_budget > 0)
+      EXPECT_GT(beside.mean_s, alone.mean_s * 1.01) << text;
+    else  // demand copies are waited for before M(l): none runs beside compute
+      EXPECT_DOUBLE_EQ(beside.mean_s, alone.mean_s) << text;
+    // Every expert in a slot: the copies happen at request start, never beside compute.
+    EXPECT_DOUBLE_EQ(run(shared, 16).mean_s, run(tiny_profile(), 16).mean_s) << text;
+  }
+}
+
 // The paper's Table 1 in simulation: with routing on the physical cache (the experts whose
 // copies were issued), changing only max_inflight or the link bandwidth changes the decisions;
 // every logical policy's decisions stay bit-identical.
