@@ -3,9 +3,11 @@
 // bytes_per_second for the bytes it must read from memory.
 //
 //   bench_kernels --benchmark_filter='ReadBandwidth|MatvecBF16'    # bandwidth floor vs matvec
+//   bench_kernels --benchmark_filter='DeltaRuleStep|GatedDeltaNet' # Gated DeltaNet, per Isa
 #include <benchmark/benchmark.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -289,17 +291,64 @@ BENCHMARK(BM_Attention)
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 
-// ---- Gated DeltaNet, one token of one layer (scalar kernels) -----------------------------------
+// ---- Gated DeltaNet -----------------------------------------------------------------------------
 
-// Args: k_heads, v_heads, dk, dv, conv kernel. Conv over 2 * key + value channels, L2 norms of q
-// and k, the delta rule of every value head on its [dk][dv] state, the gated RMSNorm. Bytes = the
-// recurrent state read and written once (it is 2 MiB per layer at the Qwen3.6 shape).
+// One delta-rule step of `heads` heads of dk x dv states, one after another, as one token of one
+// layer does (heads 32: the Qwen3.6-35B-A3B / Qwen3-Next-80B layer, 2 MiB of state; heads 960:
+// its 30 Gated DeltaNet layers, 60 MiB, so every state comes from DRAM as in decode; heads 1:
+// one 64 KiB state, in L2). Args: dk, dv, heads, isa. Bytes = the states read and written once.
+void BM_DeltaRuleStep(benchmark::State& state) {
+  const auto dk = static_cast<size_t>(state.range(0));
+  const auto dv = static_cast<size_t>(state.range(1));
+  const auto heads = static_cast<size_t>(state.range(2));
+  if (!select_isa(state, static_cast<Isa>(state.range(3)))) return;
+  const KernelTable& kt = kernel_table(active_isa());
+  std::vector<float> s(heads * dk * dv);
+  {
+    const auto& init = buffer<float>(dk * dv, 15);
+    for (size_t h = 0; h < heads; ++h) std::copy(init.begin(), init.end(), &s[h * dk * dv]);
+  }
+  std::vector<float> q = buffer<float>(dk, 16), k = buffer<float>(dk, 17);
+  const auto& v = buffer<float>(dv, 18);
+  kt.l2norm(q.data(), dk, 1e-6f);
+  kt.l2norm(k.data(), dk, 1e-6f);
+  std::vector<float> out(dv);
+  const double bytes = static_cast<double>(heads * dk * dv * sizeof(float) * 2);
+  const double cpu_start = thread_cpu_seconds();
+  for (auto _ : state) {
+    for (size_t h = 0; h < heads; ++h) {
+      // g = 0, beta = 0: the state stays bounded however many iterations run.
+      kt.delta_rule_step(&s[h * dk * dv], q.data(), k.data(), v.data(), 0.0f, 0.0f, dk, dv,
+                         out.data());
+      benchmark::DoNotOptimize(out.data());
+    }
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(static_cast<double>(state.iterations()) * bytes));
+  set_cpu_rate(state, thread_cpu_seconds() - cpu_start,
+               static_cast<double>(state.iterations()) * bytes);
+}
+
+void delta_rule_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dk", "dv", "heads", "isa"});
+  for (int heads : {1, 32, 960}) {
+    for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+      b->Args({128, 128, heads, static_cast<int>(isa)});
+    }
+  }
+}
+BENCHMARK(BM_DeltaRuleStep)->Apply(delta_rule_args)->Unit(benchmark::kMicrosecond);
+
+// One token of one layer. Args: k_heads, v_heads, dk, dv, conv kernel, isa. Conv over 2 * key +
+// value channels, L2 norms of q and k, the delta rule of every value head on its [dk][dv] state,
+// the gated RMSNorm. Bytes = the recurrent state read and written once (2 MiB per layer at the
+// Qwen3.6 shape).
 void BM_GatedDeltaNetToken(benchmark::State& state) {
   const auto nk = static_cast<size_t>(state.range(0));
   const auto nv = static_cast<size_t>(state.range(1));
   const auto dk = static_cast<size_t>(state.range(2));
   const auto dv = static_cast<size_t>(state.range(3));
   const auto K = static_cast<size_t>(state.range(4));
+  if (!select_isa(state, static_cast<Isa>(state.range(5)))) return;
   const size_t channels = 2 * nk * dk + nv * dv;
   const auto& w = buffer<float>(channels * K, 11);
   const auto& x0 = buffer<float>(channels, 12);
@@ -313,18 +362,21 @@ void BM_GatedDeltaNetToken(benchmark::State& state) {
     for (size_t h = 0; h < 2 * nk; ++h) l2norm(&x[h * dk], dk, 1e-6f);
     for (size_t h = 0; h < nv; ++h) {
       const size_t kh = h / (nv / nk);
-      delta_rule_step(&s[h * dk * dv], &x[kh * dk], &x[nk * dk + kh * dk],
-                      &x[2 * nk * dk + h * dv], -0.1f, 0.5f, dk, dv, &out[h * dv]);
+      delta_rule_step(&s[h * dk * dv], &x[kh * dk], &x[nk * dk + kh * dk], &x[2 * nk * dk + h * dv],
+                      -0.1f, 0.5f, dk, dv, &out[h * dv]);
       rmsnorm_gated(&out[h * dv], norm.data(), &z[h * dv], &out[h * dv], dv, 1e-6f);
     }
     benchmark::DoNotOptimize(out.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * s.size() * 4 * 2));
 }
-BENCHMARK(BM_GatedDeltaNetToken)
-    ->ArgNames({"k_heads", "v_heads", "dk", "dv", "conv"})
-    ->Args({16, 32, 128, 128, 4})  // Qwen3.6-35B-A3B / Qwen3-Next-80B
-    ->Unit(benchmark::kMicrosecond);
+void gated_deltanet_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"k_heads", "v_heads", "dk", "dv", "conv", "isa"});
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512}) {
+    b->Args({16, 32, 128, 128, 4, static_cast<int>(isa)});  // Qwen3.6-35B-A3B / Qwen3-Next-80B
+  }
+}
+BENCHMARK(BM_GatedDeltaNetToken)->Apply(gated_deltanet_args)->Unit(benchmark::kMicrosecond);
 
 // ---- Thread pool synchronisation cost -----------------------------------------------------------
 

@@ -247,6 +247,15 @@ struct KernelTable {
   void (*attention_heads)(const float* q, const float* k, const float* v, size_t n_pos, float* out,
                           const AttentionParams& p, size_t head_begin, size_t head_end,
                           float* scratch);
+  // Gated DeltaNet, one token (contracts and numerics in linear_attention.hpp; the kScalar
+  // entries are the kernels::reference functions).
+  void (*conv1d_silu_step)(float* state, const float* x, const float* w, size_t channels, size_t k,
+                           float* out);
+  void (*l2norm)(float* x, size_t n, float eps);
+  void (*delta_rule_step)(float* state, const float* q, const float* k, const float* v, float g,
+                          float beta, size_t dk, size_t dv, float* out);
+  void (*rmsnorm_gated)(const float* x, const float* w, const float* z, float* out, size_t n,
+                        float eps);
 };
 
 // The table of `isa`; throws Error if the CPU lacks it.

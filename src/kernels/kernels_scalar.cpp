@@ -5,6 +5,7 @@
 
 #include "common/error.hpp"
 #include "kernels/kernels_internal.hpp"
+#include "kernels/linear_attention.hpp"
 #include "kernels/quant_internal.hpp"
 
 namespace steermoe::kernels::detail {
@@ -156,6 +157,10 @@ const KernelTable& scalar_table() {
       .add = add,
       .scale = scale,
       .attention_heads = attention_heads,
+      .conv1d_silu_step = reference::conv1d_silu_step,
+      .l2norm = reference::l2norm,
+      .delta_rule_step = reference::delta_rule_step,
+      .rmsnorm_gated = reference::rmsnorm_gated,
   };
   return table;
 }

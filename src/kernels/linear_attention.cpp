@@ -3,10 +3,43 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/kernels.hpp"
+
 namespace steermoe::kernels {
 
+// ---- The active Isa's implementation (the selection is kernels.hpp's active_kernels()) --------
+
+void conv1d_silu_step(float* state, const float* x, const float* w, size_t channels, size_t k,
+                      float* out) {
+  active_kernels().conv1d_silu_step(state, x, w, channels, k, out);
+}
+
+void l2norm(float* x, size_t n, float eps) {
+  active_kernels().l2norm(x, n, eps);
+}
+
+void delta_rule_step(float* state, const float* q, const float* k, const float* v, float g,
+                     float beta, size_t dk, size_t dv, float* out) {
+  active_kernels().delta_rule_step(state, q, k, v, g, beta, dk, dv, out);
+}
+
+void rmsnorm_gated(const float* x, const float* w, const float* z, float* out, size_t n,
+                   float eps) {
+  active_kernels().rmsnorm_gated(x, w, z, out, n, eps);
+}
+
+float softplus(float x) {
+  return x > 20.0f ? x : std::log1p(std::exp(x));
+}
+
+// ---- Scalar references --------------------------------------------------------------------------
+
+namespace reference {
+
 namespace {
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
 }  // namespace
 
 void conv1d_silu_step(float* state, const float* x, const float* w, size_t channels, size_t k,
@@ -79,6 +112,6 @@ void rmsnorm_gated(const float* x, const float* w, const float* z, float* out, s
   for (size_t i = 0; i < n; ++i) out[i] = w[i] * (x[i] * inv) * silu(z[i]);
 }
 
-float softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
+}  // namespace reference
 
 }  // namespace steermoe::kernels
