@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
 #include <cstddef>
 #include <memory>
@@ -608,6 +609,50 @@ TEST_P(BackendOps, DeltaRuleCarriesItsStateAcrossCalls) {
               << "token " << done << " value " << j;
       }
     }
+  }
+}
+
+// The CPU splits a layer's value heads over its threads; each head is computed whole by one of
+// them, so outputs and state are bit-identical at every thread count.
+TEST(CpuOpsThreads, DeltaRuleIsBitIdenticalAtEveryThreadCount) {
+  std::mt19937 rng(7);
+  const DeltaRuleSpec s{
+      .k_heads = 2, .v_heads = 6, .dk = 16, .dv = 8, .conv_kernel = 4, .eps = 1e-6f};
+  const int cd = 2 * s.k_heads * s.dk + s.v_heads * s.dv, vd = s.v_heads * s.dv, n = 3;
+  const std::vector<float> conv = random_floats(rng, static_cast<size_t>(cd * s.conv_kernel));
+  const std::vector<float> a_neg = random_floats(rng, static_cast<size_t>(s.v_heads), -2.0f, -0.1f);
+  const std::vector<float> dt_bias = random_floats(rng, static_cast<size_t>(s.v_heads));
+  const std::vector<float> norm = random_floats(rng, static_cast<size_t>(s.dv), 0.5f, 1.5f);
+  const std::vector<float> qkv = random_floats(rng, static_cast<size_t>(n * cd), -2.0f, 2.0f);
+  const std::vector<float> z = random_floats(rng, static_cast<size_t>(n * vd));
+  const std::vector<float> b = random_floats(rng, static_cast<size_t>(n * s.v_heads), -2.0f, 2.0f);
+  const std::vector<float> a = random_floats(rng, static_cast<size_t>(n * s.v_heads), -2.0f, 2.0f);
+  std::vector<float> first;
+  for (const int threads : {1, 2, 3, 4}) {
+    CpuOps ops(CpuOpsParams{.threads = threads,
+                            .max_batch = kBatch,
+                            .hidden = kHidden,
+                            .expert_ffn = kFfn,
+                            .experts = kExperts,
+                            .top_k = kTopK});
+    const DeltaRuleWeights w{.conv = conv, .a_neg = a_neg, .dt_bias = dt_bias, .norm = norm};
+    const size_t state_floats = static_cast<size_t>(cd * (s.conv_kernel - 1)) +
+                                static_cast<size_t>(s.v_heads * s.dk * s.dv);
+    float* state = ops.alloc(state_floats);
+    std::fill(state, state + state_floats, 0.0f);
+    const DeltaRuleState st{.conv = state, .recurrent = state + cd * (s.conv_kernel - 1)};
+    std::vector<float> in(qkv);  // delta_rule convolves in place
+    std::vector<float> core(static_cast<size_t>(n * vd));
+    ops.delta_rule(s, w, st, in.data(), z.data(), b.data(), a.data(), n, core.data());
+    core.insert(core.end(), state, state + state_floats);  // the state carried on, too
+    if (first.empty()) {
+      first = core;
+      continue;
+    }
+    ASSERT_EQ(core.size(), first.size());
+    for (size_t i = 0; i < core.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(core[i]), std::bit_cast<uint32_t>(first[i]))
+          << threads << " threads, value " << i;
   }
 }
 

@@ -294,15 +294,19 @@ void CpuOps::delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights&
     kernels::l2norm(k + h * dk, dk, 1e-6f);
     for (size_t i = 0; i < dk; ++i) q[h * dk + i] = q[h * dk + i] / sqrt_dk;
   }
-  for (size_t h = 0; h < nv; ++h) {
-    const size_t kh = spec.v_heads_tiled ? h % nk : h / r;
-    const float beta = sigmoid(b[h]);
-    const float g = w.a_neg[h] * kernels::softplus(a[h] + w.dt_bias[h]);
-    float* o = core + h * dv;
-    kernels::delta_rule_step(state.recurrent + h * dk * dv, q + kh * dk, k + kh * dk, v + h * dv, g,
-                             beta, dk, dv, o);
-    kernels::rmsnorm_gated(o, w.norm.data(), z + h * dv, o, dv, spec.eps);
-  }
+  // Value heads are independent (own state, own output; q and k only read): split over the
+  // threads, each head computed whole by one of them, so the result does not depend on -t.
+  pool_.parallel_for(nv, [&](size_t begin, size_t end) {
+    for (size_t h = begin; h < end; ++h) {
+      const size_t kh = spec.v_heads_tiled ? h % nk : h / r;
+      const float beta = sigmoid(b[h]);
+      const float g = w.a_neg[h] * kernels::softplus(a[h] + w.dt_bias[h]);
+      float* o = core + h * dv;
+      kernels::delta_rule_step(state.recurrent + h * dk * dv, q + kh * dk, k + kh * dk, v + h * dv,
+                               g, beta, dk, dv, o);
+      kernels::rmsnorm_gated(o, w.norm.data(), z + h * dv, o, dv, spec.eps);
+    }
+  });
 }
 
 }  // namespace steermoe::engine
