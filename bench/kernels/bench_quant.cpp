@@ -195,6 +195,48 @@ void compute_args(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_QuantComputeL2)->Apply(compute_args)->MinTime(0.2);
 
+// Threaded products on one OLMoE-1B-7B expert shape (1024 x 2048, the gate / up projection) of
+// the type: decode (n = 1) and prefill (n = 8, 64) at 1 and 2 threads on the best Isa, wall time.
+// ThreadPool hands out up to 4 chunks per thread, claimed by whichever thread is free (issue 24):
+// compare 2 threads with 1 here, on a quiet machine. Counter weights_per_ns (weights x inputs).
+//   bench_quant --benchmark_filter=QuantThreads
+void BM_QuantThreads(benchmark::State& state) {
+  const auto t = static_cast<DType>(state.range(0));
+  const auto n = static_cast<size_t>(state.range(1));
+  const auto threads = static_cast<size_t>(state.range(2));
+  state.SetLabel(std::string(dtype_name(t)) + "/" + std::string(isa_name(active_isa())));
+  const size_t rows = 1024, cols = 2048;
+  const size_t bytes = rows * row_bytes(t, cols);
+  const size_t count = kPoolBytes / bytes;  // matrices in the pool: each call reads a cold one
+  Matrix m{.data = nullptr, .dtype = t, .rows = rows, .cols = cols};
+  std::vector<float> x(cols * n), y(rows * n);
+  for (size_t c = 0; c < x.size(); ++c) x[c] = static_cast<float>(c % 17) / 17.0f - 0.4f;
+  ThreadPool threaded(threads);
+  size_t i = 0;
+  for (auto _ : state) {
+    m.data = pool(t).data() + (i++ % count) * bytes;
+    if (n == 1) {
+      matvec(threaded, m, x.data(), y.data());
+    } else {
+      matmul(threaded, m, x.data(), n, y.data());
+    }
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["weights_per_ns"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * rows * cols * n) * 1e-9,
+                         benchmark::Counter::kIsRate);
+}
+
+void threads_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"dtype", "n", "threads"});
+  for (DType t : {DType::kBF16, DType::kQ4_K, DType::kQ6_K}) {
+    for (int n : {1, 8, 64}) {
+      for (int threads : {1, 2}) b->Args({static_cast<int>(t), n, threads});
+    }
+  }
+}
+BENCHMARK(BM_QuantThreads)->Apply(threads_args)->MinTime(0.5)->UseRealTime();
+
 // The quantizer (`steermoe quantize`, `make-model --type`): f32 rows of 2048 uniform values (the
 // made models' weights) encoded as the type, 1 thread, CPU time. Counter weights_per_us.
 void BM_QuantizeRows(benchmark::State& state) {
@@ -213,8 +255,7 @@ void BM_QuantizeRows(benchmark::State& state) {
     seconds += thread_cpu_seconds() - t0;
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["weights_per_us"] =
-      static_cast<double>(state.iterations() * n) / (seconds * 1e6);
+  state.counters["weights_per_us"] = static_cast<double>(state.iterations() * n) / (seconds * 1e6);
 }
 BENCHMARK(BM_QuantizeRows)
     ->ArgName("type")

@@ -15,9 +15,10 @@ const KernelTable& avx512_bf16_table();
 
 // Scratch of at least `bytes` bytes, 64-byte aligned, from the arena of the parallel_for chunk
 // being run (or of the calling thread outside any pool); grows (allocates) only when a larger size
-// is asked for. Arenas belong to chunks, not threads, so after one warm-up call every later call
-// of the same sizes allocates nothing, whichever thread happens to run which chunk. `slot` picks
-// one of a few independent buffers so that a kernel can hold two at once.
+// is asked for. Arenas belong to chunk indices, not threads (one chunk runs on one thread, so no
+// two threads share an arena at once), so after one warm-up call every later call of the same
+// sizes allocates nothing, whichever thread happens to claim which chunk. `slot` picks one of a
+// few independent buffers so that a kernel can hold two at once.
 void* thread_scratch(size_t bytes, int slot);
 
 // RoPE angles for one position: cos_out/sin_out[i] for i in [0, rot_dim/2), computed the same

@@ -80,7 +80,9 @@ void ThreadPool::fail_spawn_for_testing(size_t thread_index) {
 }
 
 ThreadPool::ThreadPool(size_t n_threads)
-    : n_threads_(n_threads), arenas_(std::make_unique<ScratchArena[]>(std::max<size_t>(n_threads, 1))) {
+    : n_threads_(n_threads),
+      arenas_(std::make_unique<ScratchArena[]>(
+          std::min(std::max<size_t>(n_threads, 1) * kChunksPerThread, kMaxChunks))) {
   if (n_threads == 0) throw Error("thread pool: threads: must be at least 1");
   workers_.reserve(n_threads - 1);
   for (size_t t = 1; t < n_threads; ++t) {
@@ -115,19 +117,31 @@ ThreadPool::~ThreadPool() {
   stop_threads();
 }
 
-std::pair<size_t, size_t> ThreadPool::chunk(size_t n, size_t grain, size_t n_threads, size_t t) {
+size_t ThreadPool::chunk_count(size_t n, size_t grain, size_t n_threads) {
+  if (n == 0) return 0;
+  grain = std::max<size_t>(grain, 1);
+  const size_t units = n / grain + (n % grain != 0 ? 1 : 0);
+  if (n_threads <= 1 || units <= 1) return 1;
+  const size_t most =
+      n_threads > kMaxChunks / kChunksPerThread ? kMaxChunks : n_threads * kChunksPerThread;
+  const size_t count = std::max(n_threads, std::min(most, units / kMinUnitsPerChunk));
+  return std::min({count, units, kMaxChunks});
+}
+
+std::pair<size_t, size_t> ThreadPool::chunk(size_t n, size_t grain, size_t n_chunks, size_t c) {
   grain = std::max<size_t>(grain, 1);
   const size_t units = (n + grain - 1) / grain;
-  const size_t base = units / n_threads;
-  const size_t extra = units % n_threads;
-  const size_t first = t * base + std::min(t, extra);
-  const size_t count = base + (t < extra ? 1 : 0);
+  const size_t base = units / n_chunks;
+  const size_t extra = units % n_chunks;
+  const size_t first = c * base + std::min(c, extra);
+  const size_t count = base + (c < extra ? 1 : 0);
   return {std::min(first * grain, n), std::min((first + count) * grain, n)};
 }
 
 void ThreadPool::run(size_t n, size_t grain, void* obj, Trampoline call) {
-  if (n == 0) return;
-  if (n_threads_ == 1 || n <= grain) {
+  const size_t chunks = chunk_count(n, grain, n_threads_);
+  if (chunks == 0) return;
+  if (chunks == 1) {
     const ScratchArena::Scope scope(&arenas_[0]);
     call(obj, 0, n);
     return;
@@ -139,11 +153,12 @@ void ThreadPool::run(size_t n, size_t grain, void* obj, Trampoline call) {
   chunks_done_.store(0, std::memory_order_relaxed);
   const uint64_t generation = generation_.load(std::memory_order_relaxed) + 1;
   // Release: a thread whose claim succeeds sees the job fields written above.
-  claim_.store((generation & 0xffffffffu) << 32, std::memory_order_release);
+  claim_.store((generation & 0xffffffffu) << 32 | uint64_t{chunks} << 16,
+               std::memory_order_release);
   generation_.store(generation, std::memory_order_release);
   generation_.notify_all();
   run_chunks(generation);
-  spin_then_wait(chunks_done_, [this](size_t done) { return done == n_threads_; });
+  spin_then_wait(chunks_done_, [chunks](size_t done) { return done == chunks; });
 }
 
 void ThreadPool::run_chunks(uint64_t generation) {
@@ -151,17 +166,19 @@ void ThreadPool::run_chunks(uint64_t generation) {
   for (;;) {
     uint64_t claim = claim_.load(std::memory_order_acquire);
     do {
-      if ((claim >> 32) != tag || (claim & 0xffffffffu) >= n_threads_) return;
+      if ((claim >> 32) != tag || (claim & 0xffffu) >= ((claim >> 16) & 0xffffu)) return;
     } while (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel,
                                            std::memory_order_acquire));
     // The job cannot change until this chunk is counted done, so its fields are stable here.
-    const size_t index = claim & 0xffffffffu;
-    const auto [begin, end] = chunk(job_n_, job_grain_, n_threads_, index);
+    const size_t index = claim & 0xffffu;
+    const size_t chunks = (claim >> 16) & 0xffffu;
+    const auto [begin, end] = chunk(job_n_, job_grain_, chunks, index);
     if (begin < end) {
+      // The arena of the chunk index: only this thread runs this chunk.
       const ScratchArena::Scope scope(&arenas_[index]);
       job_call_(job_obj_, begin, end);
     }
-    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == n_threads_) {
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
       chunks_done_.notify_one();
     }
   }

@@ -1,11 +1,14 @@
-// A small fixed-size thread pool with a static parallel-for over index ranges (the `-t` flag).
+// A small fixed-size thread pool with a load-balanced parallel-for over index ranges (the `-t`
+// flag).
 //
-// The partition of [0, n) into chunks depends only on n, grain and the pool size, and each chunk
-// is run by exactly one thread; kernels built on it compute every output element within one chunk
-// with a fixed inner order, so results do not depend on the thread count or on which thread ran
-// which chunk. Threads claim chunks as they arrive, so a worker the OS has not scheduled yet does
-// not hold the caller up (on an oversubscribed machine the caller simply runs its chunk too).
-// parallel_for allocates nothing.
+// The partition of [0, n) into chunks depends only on n, grain and the pool size (chunk_count,
+// chunk), and each chunk is run by exactly one thread; kernels built on it compute every output
+// element within one chunk with a fixed inner order, so results do not depend on the thread count
+// or on which thread ran which chunk. There are up to kChunksPerThread chunks per thread (each at
+// least kMinUnitsPerChunk grains long), and threads claim the next unclaimed chunk whenever they
+// are free (work stealing from one shared counter): a worker the OS has not scheduled yet, or a
+// vCPU the hypervisor has slowed, holds the others up by at most about one chunk, not by a fixed
+// share of the rows. parallel_for allocates nothing.
 #pragma once
 
 #include <atomic>
@@ -19,7 +22,9 @@
 
 namespace steermoe::kernels {
 
-// Grow-only scratch buffers (see detail::thread_scratch); one per chunk of a pool.
+// Grow-only scratch buffers (see detail::thread_scratch); one per chunk index of a pool, so a
+// buffer is used by one thread at a time and the calls of one warm-up have grown every buffer a
+// later call of the same sizes uses, whichever thread runs which chunk.
 class ScratchArena {
  public:
   static constexpr int kSlots = 4;
@@ -62,9 +67,11 @@ class ThreadPool {
 
   size_t size() const { return n_threads_; }
 
-  // Calls fn(begin, end) over size() disjoint contiguous chunks covering [0, n); chunk boundaries
-  // are multiples of `grain` (except n). The caller and the workers claim chunks until none is
-  // left; returns when all chunks are done. Exceptions must not escape fn. Not reentrant (one call
+  // Calls fn(begin, end) over chunk_count(n, grain, size()) disjoint contiguous chunks covering
+  // [0, n), chunk(n, grain, count, c) for c = 0, 1, ...; chunk boundaries are multiples of
+  // `grain` (except n). The caller and the workers claim chunks in order until none is left, each
+  // thread as many as it gets to; returns when all chunks are done. fn may run on any thread, in
+  // any order and concurrently with itself. Exceptions must not escape fn. Not reentrant (one call
   // at a time; fn must not call parallel_for on the same pool).
   template <typename Fn>
   void parallel_for(size_t n, Fn&& fn, size_t grain = 1) {
@@ -73,8 +80,26 @@ class ThreadPool {
         [](void* obj, size_t begin, size_t end) { (*static_cast<F*>(obj))(begin, end); });
   }
 
-  // The [begin, end) chunk thread `t` of `n_threads` gets for n items at the given grain.
-  static std::pair<size_t, size_t> chunk(size_t n, size_t grain, size_t n_threads, size_t t);
+  // At most this many chunks per thread: enough that a thread slowed for a while leaves its later
+  // chunks to the others, few enough that the per-chunk cost (a claim, the kernels' per-call
+  // setup such as quantizing x) stays small next to the chunk's work.
+  static constexpr size_t kChunksPerThread = 4;
+  // Chunks are at least this many grains long when there are more chunks than threads (matvec's
+  // 16-row grain: 64 rows), so row tiles and weight prefetch still run over long ranges.
+  static constexpr size_t kMinUnitsPerChunk = 4;
+
+  // The claim word holds the chunk count and index in 16 bits each.
+  static constexpr size_t kMaxChunks = 0xffff;
+
+  // How many chunks parallel_for splits n items into at the given grain on n_threads threads: 0
+  // for n = 0; 1 for one thread or at most one grain; otherwise, for units = ceil(n / grain),
+  // max(n_threads, min(n_threads * kChunksPerThread, units / kMinUnitsPerChunk)) capped at units
+  // and kMaxChunks. A function of n, grain and the pool size only, never of timing.
+  static size_t chunk_count(size_t n, size_t grain, size_t n_threads);
+
+  // The [begin, end) chunk `c` of `n_chunks` for n items at the given grain: the grains are dealt
+  // out in order, the first (units % n_chunks) chunks one more than the others.
+  static std::pair<size_t, size_t> chunk(size_t n, size_t grain, size_t n_chunks, size_t c);
 
  private:
   using Trampoline = void (*)(void*, size_t, size_t);
@@ -85,14 +110,16 @@ class ThreadPool {
 
   size_t n_threads_;
   std::vector<std::thread> workers_;
-  std::unique_ptr<ScratchArena[]> arenas_;  // one per chunk
+  std::unique_ptr<ScratchArena[]> arenas_;  // one per chunk index: size() * kChunksPerThread
   // The current job; published by bumping generation_.
   void* job_obj_ = nullptr;
   Trampoline job_call_ = nullptr;
   size_t job_n_ = 0;
   size_t job_grain_ = 1;
   std::atomic<uint64_t> generation_{0};
-  // (generation & 0xffffffff) << 32 | next unclaimed chunk; claims of an old job fail.
+  // (generation & 0xffffffff) << 32 | chunk count << 16 | next unclaimed chunk; claims of an old
+  // job fail. The count travels in the word so that a thread that finds every chunk claimed decides
+  // so without reading the job's fields, which the caller may already be rewriting.
   std::atomic<uint64_t> claim_{0};
   std::atomic<size_t> chunks_done_{0};
   std::atomic<bool> stop_{false};
