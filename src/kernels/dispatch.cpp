@@ -4,7 +4,11 @@
 #include <atomic>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <new>
+#include <vector>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
@@ -278,8 +282,7 @@ Isa active_isa() {
 
 namespace detail {
 
-void rope_angles(size_t pos, size_t rot_dim, const RopeParams& p, float* cos_out,
-                 float* sin_out) {
+void rope_angles(size_t pos, size_t rot_dim, const RopeParams& p, float* cos_out, float* sin_out) {
   // transformers: inv_freq = 1 / theta ** (arange(0, d, 2).float() / d) in fp32 (or the scaled
   // frequencies of a rope type, given in p.inv_freq), then freqs = pos * inv_freq in fp32;
   // cos/sin of the fp32 angle, times the attention factor (YaRN) in fp32.
@@ -327,12 +330,45 @@ void matvec(ThreadPool& pool, const Matrix& w, const float* x, float* y, MatvecP
       kRowGrain);
 }
 
+namespace {
+// Block-type inputs of one matmul() call, quantized once: grow-only, one per calling thread (a
+// matmul is not called from inside a parallel_for), so nothing allocates after warm-up.
+struct QuantizedInputs {
+  std::vector<detail::ActQ8> acts;
+  std::unique_ptr<uint8_t, decltype(&std::free)> bytes{nullptr, &std::free};
+  size_t capacity = 0;
+
+  const detail::ActQ8* fill(ThreadPool& pool, const KernelTable& k, const float* x, size_t x_stride,
+                            size_t n, size_t cols) {
+    const size_t per = detail::act_bytes(cols);  // a multiple of 64 (act_bytes' contract)
+    if (n * per > capacity) {
+      bytes.reset(static_cast<uint8_t*>(std::aligned_alloc(64, n * per)));
+      if (bytes == nullptr) throw std::bad_alloc();
+      capacity = n * per;
+    }
+    if (acts.size() < n) acts.resize(n);
+    uint8_t* base = bytes.get();
+    detail::ActQ8* out = acts.data();
+    pool.parallel_for(n, [&](size_t begin, size_t end) {
+      for (size_t i = begin; i < end; ++i)
+        out[i] = k.quantize_input(x + i * x_stride, cols, base + i * per);
+    });
+    return out;
+  }
+};
+}  // namespace
+
 void matmul(ThreadPool& pool, const Matrix& w, const float* x, size_t n, float* y, MatvecParams p,
             size_t x_stride, size_t y_stride) {
   check_matrix(w);
   if (x_stride == 0) x_stride = w.cols;
   if (y_stride == 0) y_stride = w.rows;
   const KernelTable& k = active_kernels();
+  // Several row chunks read the same inputs: quantize them once here, not once per chunk.
+  if (n > 1 && pool.size() > 1 && detail::is_quant(w.dtype) && w.dtype != DType::kF8E4M3) {
+    thread_local QuantizedInputs quantized;
+    p.quantized_inputs = quantized.fill(pool, k, x, x_stride, n, w.cols);
+  }
   pool.parallel_for(
       w.rows,
       [&](size_t begin, size_t end) {

@@ -117,9 +117,17 @@ MatrixRanges matrix_ranges(const Matrix& m);
 // Row r of w as f32 (dst: w.cols floats), any dtype.
 void dequantize_row(const Matrix& w, size_t r, float* dst);
 
+namespace detail {
+struct ActQ8;
+}
+
 struct MatvecParams {
   float scale = 1.0f;       // y = scale * (W x)
   bool accumulate = false;  // y += scale * (W x) instead of overwriting y
+  // Set by matmul() for block-type weights: its n inputs quantized once for the whole product
+  // (the same bits each row chunk would make), so the row chunks do not quantize them again.
+  // Null: each call of matmul_rows quantizes its inputs itself.
+  const detail::ActQ8* quantized_inputs = nullptr;
 };
 
 // ---- Matrix products (threaded over output rows; each row computed by one thread) ------------
@@ -256,6 +264,9 @@ struct KernelTable {
                           float beta, size_t dk, size_t dv, float* out);
   void (*rmsnorm_gated)(const float* x, const float* w, const float* z, float* out, size_t n,
                         float eps);
+  // One input row quantized the way block-type products read it (into `scratch`, act_bytes(n)
+  // bytes, 64-byte aligned; quant_internal.hpp): the same bits on every Isa.
+  detail::ActQ8 (*quantize_input)(const float* x, size_t n, void* scratch);
 };
 
 // The table of `isa`; throws Error if the CPU lacks it.

@@ -246,15 +246,21 @@ void quant_matmul_rows(const QuantOps& ops, const Matrix& w, const float* x, siz
   const size_t type = static_cast<size_t>(w.dtype) - static_cast<size_t>(DType::kQ8_0);
   const QuantDotFn dot = ops.dot[type];
   const size_t stride_bytes = row_bytes(w.dtype, w.stride());
+  const ActQ8* given = p.quantized_inputs;  // matmul() quantized them once for every chunk
   if (n == 1 && ops.rows[type] != nullptr) {
-    const ActQ8 a = ops.quantize_act(x, w.cols, scratch);
+    const ActQ8 a = given != nullptr ? given[0] : ops.quantize_act(x, w.cols, scratch);
     ops.rows[type](data, stride_bytes, row_begin, row_end, a, w.cols, y + (row_begin - y_row0), p);
     return;
   }
   for (size_t i0 = 0; i0 < n; i0 += kMaxStack) {
     const size_t ni = std::min(kMaxStack, n - i0);
-    for (size_t i = 0; i < ni; ++i) {
-      stack[i] = ops.quantize_act(x + (i0 + i) * x_stride, w.cols, scratch + i * per);
+    const ActQ8* in = stack;
+    if (given != nullptr) {
+      in = given + i0;
+    } else {
+      for (size_t i = 0; i < ni; ++i) {
+        stack[i] = ops.quantize_act(x + (i0 + i) * x_stride, w.cols, scratch + i * per);
+      }
     }
     // Each row against the inputs in tiles of 8, 4, 2 (when the type has tile kernels) and then
     // singly: a tile unpacks the row once for all its inputs, and gives each the single-input
@@ -266,14 +272,14 @@ void quant_matmul_rows(const QuantOps& ops, const Matrix& w, const float* x, siz
       for (size_t k = 0; k < 3; ++k) {
         const QuantTileFn tile = ops.tile[type][k];
         for (; tile != nullptr && i + kTileInputs[k] <= ni; i += kTileInputs[k]) {
-          tile(row, stack + i, w.cols, tile_out);
+          tile(row, in + i, w.cols, tile_out);
           for (size_t j = 0; j < kTileInputs[k]; ++j) {
             finish(y + (i0 + i + j) * y_stride + (r - y_row0), tile_out[j]);
           }
         }
       }
       for (; i < ni; ++i) {
-        finish(y + (i0 + i) * y_stride + (r - y_row0), dot(row, stack[i], w.cols));
+        finish(y + (i0 + i) * y_stride + (r - y_row0), dot(row, in[i], w.cols));
       }
     }
   }

@@ -320,6 +320,22 @@ TEST_P(QuantType, ManyChunksAreBitIdenticalAcrossThreadCounts) {
     EXPECT_EQ(0, std::memcmp(mv[0].data(), mv[i].data(), rows * 4)) << i + 1 << " threads";
     EXPECT_EQ(0, std::memcmp(mm[0].data(), mm[i].data(), rows * n * 4)) << i + 1 << " threads";
   }
+  // matmul() quantizes its inputs once for all chunks: with inputs x_stride apart (not cols), each
+  // row of the result is still that input's matvec, bit for bit.
+  const size_t x_stride = cols + 32;
+  std::vector<float> strided(x_stride * n, 1e9f);  // the gaps must never be read
+  for (size_t i = 0; i < n; ++i)
+    std::copy(x.begin() + static_cast<long>(i * cols),
+              x.begin() + static_cast<long>((i + 1) * cols),
+              strided.begin() + static_cast<long>(i * x_stride));
+  ThreadPool pool(2);
+  std::vector<float> ys(rows * n);
+  matmul(pool, q.m, strided.data(), n, ys.data(), {}, x_stride);
+  for (size_t i = 0; i < n; ++i) {
+    std::vector<float> yi(rows);
+    matvec(pool, q.m, x.data() + i * cols, yi.data());
+    EXPECT_EQ(0, std::memcmp(yi.data(), ys.data() + i * rows, rows * 4)) << "input " << i;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Types, QuantType, ::testing::ValuesIn(kBlockTypes), type_param_name);
