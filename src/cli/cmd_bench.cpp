@@ -485,7 +485,8 @@ void add_profile_command(CLI::App& root) {
       "latency (the link itself), and per-layer compute from the phase times of a teacher-forced "
       "decode (attention + router, policy, MoE, head) on that link with every expert in a slot "
       "(no reads while decoding; where that does not fit in memory, under the given cache and "
-      "its reads)");
+      "its reads), and how much slower that compute runs with the link reading beside it "
+      "(link.compute_slowdown)");
   cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
       ->required();
   cmd->add_option("-o,--output", o->profile_out, "Profile to write (.json, data/profiles format)")
