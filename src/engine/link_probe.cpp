@@ -1,6 +1,7 @@
 #include "engine/link_probe.hpp"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "common/error.hpp"
@@ -8,6 +9,15 @@
 #include "model/expert_ranges.hpp"
 
 namespace steermoe::engine {
+
+namespace {
+// The i-th read of a walk over distinct experts: expert (i / L) of layer i % L, so no two reads
+// of one walk (up to L x experts of them) read the same bytes and a layer recurs only L reads on.
+std::pair<int, int> nth_distinct_expert(const link::ExpertLayout& layout, int i) {
+  const int layers = layout.layers();
+  return {i % layers, (i / layers) % layout.experts()};
+}
+}  // namespace
 
 DiskProbe probe_disk_link(const model::Model& model, int copies) {
   const link::ExpertLayout layout = model::expert_layout(model);
@@ -23,9 +33,7 @@ DiskProbe probe_disk_link(const model::Model& model, int copies) {
   std::vector<link::Ticket> in_slot(static_cast<size_t>(layers), link::kNoTicket);
   int i = 0;
   auto copy = [&] {
-    const int layer = i % layers;
-    const int expert = (i / layers) % layout.experts();
-    ++i;
+    const auto [layer, expert] = nth_distinct_expert(layout, i++);
     disk.wait(in_slot[static_cast<size_t>(layer)]);
     const link::Ticket t = disk.enqueue({.layer = layer, .slot = 0, .expert = expert, .bytes = 0});
     in_slot[static_cast<size_t>(layer)] = t;
@@ -61,10 +69,8 @@ BackgroundReads::BackgroundReads(const model::Model& model) {
   thread_ = std::thread([this, layout] {
     link::SlotArena arena(layout.layers(), 1, layout.slot_bytes());
     link::DiskLink disk(layout, arena, {});
-    const int layers = layout.layers();
     for (int i = 0; !stop_.load(std::memory_order_relaxed); ++i) {
-      const int layer = i % layers;
-      const int expert = (i / layers) % layout.experts();
+      const auto [layer, expert] = nth_distinct_expert(layout, i);
       disk.wait(disk.enqueue({.layer = layer, .slot = 0, .expert = expert, .bytes = 0}));
       bytes_.fetch_add(static_cast<int64_t>(layout.expert_bytes(layer, expert)),
                        std::memory_order_relaxed);

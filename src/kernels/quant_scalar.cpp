@@ -238,15 +238,17 @@ void quant_matmul_rows(const QuantOps& ops, const Matrix& w, const float* x, siz
     return;
   }
   SM_ASSERT(w.cols % dtype_block_elements(w.dtype) == 0 && w.cols % 32 == 0);
+  const ActQ8* given = p.quantized_inputs;  // matmul() quantized them once for every chunk
   const size_t per = act_bytes(w.cols);
-  auto* scratch = static_cast<uint8_t*>(thread_scratch(std::min<size_t>(n, 64) * per, 2));
+  auto* scratch = given != nullptr
+                      ? nullptr
+                      : static_cast<uint8_t*>(thread_scratch(std::min<size_t>(n, 64) * per, 2));
   // The activations of all n inputs (n == 1 for decode). Tiny next to the weights.
   constexpr size_t kMaxStack = 64;
   ActQ8 stack[kMaxStack];
   const size_t type = static_cast<size_t>(w.dtype) - static_cast<size_t>(DType::kQ8_0);
   const QuantDotFn dot = ops.dot[type];
   const size_t stride_bytes = row_bytes(w.dtype, w.stride());
-  const ActQ8* given = p.quantized_inputs;  // matmul() quantized them once for every chunk
   if (n == 1 && ops.rows[type] != nullptr) {
     const ActQ8 a = given != nullptr ? given[0] : ops.quantize_act(x, w.cols, scratch);
     ops.rows[type](data, stride_bytes, row_begin, row_end, a, w.cols, y + (row_begin - y_row0), p);

@@ -88,13 +88,17 @@ void SimulatedLink::wait(Ticket ticket) {
 
 void SimulatedLink::advance(double seconds) {
   SM_ASSERT(seconds >= 0);
+  if (params_.compute_slowdown == 0) {  // compute does not share the link's resources
+    now_ += seconds;
+    return;
+  }
   // No retire() here: completion_time() may still be asked about tickets completed meanwhile.
   const double rate_busy = 1.0 - params_.compute_slowdown;
   // Busy intervals [transfer start, end] of the copies in flight are disjoint and in ticket
   // order (one FIFO); between them, and after the last, the work runs at full speed.
   double left = seconds;
   const auto in_flight = static_cast<size_t>(last_ticket_ - completed_);
-  for (size_t i = 0; i < in_flight && left > 0 && params_.compute_slowdown > 0; ++i) {
+  for (size_t i = 0; i < in_flight && left > 0; ++i) {
     const size_t at = (head_ + i) & (ring_.size() - 1);
     const double busy_from = std::max(now_, transfer_start_[at]);
     const double busy_to = ring_[at];
