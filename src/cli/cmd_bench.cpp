@@ -79,6 +79,8 @@ nlohmann::json machine_json(const model::Model& model, const std::optional<Memor
     j["disk_link"] = {{"mode", probe->mode},
                       {"gb_per_s", probe->bytes_per_s / 1e9},
                       {"copy_latency_ms", probe->copy_latency_s * 1e3},
+                      {"pair_ms", probe->pair_s * 1e3},
+                      {"copies", probe->copies},
                       {"expert_bytes", probe->expert_bytes}};
   if (budget) {
     j["mem_limit_bytes"] = budget->limit_bytes();
@@ -170,7 +172,8 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
     slowdown = std::clamp(1.0 - (attention + moe) / n / busy, 0.0, 0.9);
   }
   const double layers = cfg.moe_layer_count();
-  const double copy_s = static_cast<double>(probe.expert_bytes) / probe.bytes_per_s;
+  const engine::FittedLink fit =
+      engine::fit_disk_link(probe.bytes_per_s, probe.copy_latency_s, probe.expert_bytes);
   return {{"name", name},
           {"description",
            fmt::format("measured by `steermoe profile` on {} ({}), {}; {}", machine_facts().cpu,
@@ -188,9 +191,11 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
             {"top_k", cfg.top_k}}},
           {"link",
            {{"bandwidth_GBps", probe.bytes_per_s / 1e9},
-            {"latency_us", std::max(0.0, probe.copy_latency_s - copy_s) * 1e6},
-            // The disk link keeps several reads in flight: their latency overlaps.
+            {"latency_us", fit.latency_s * 1e6},
+            // The disk link keeps several reads in flight: their latency overlaps, and where one
+            // copy alone is slower than copies back to back, several transfer at once.
             {"pipelined", true},
+            {"channels", fit.channels},
             {"compute_slowdown", slowdown}}},
           {"expert_bytes", probe.expert_bytes},
           {"compute_us",
@@ -347,10 +352,12 @@ void run_bench_cli(const BenchCli& o) {
   std::optional<engine::DiskProbe> probe;
   if (o.engine.link == "disk" && !o.no_probe) {
     probe = engine::probe_disk_link(*model);
-    std::fprintf(stderr, "bench: disk link %s: %.2f GB/s, one expert copy (%s) %.2f ms\n",
-                 probe->mode.c_str(), probe->bytes_per_s / 1e9,
+    std::fprintf(stderr,
+                 "bench: disk link %s: %.2f GB/s over %d copies back to back, one expert copy "
+                 "(%s) %.2f ms alone, two together %.2f ms\n",
+                 probe->mode.c_str(), probe->bytes_per_s / 1e9, probe->copies,
                  bytes_text(static_cast<uint64_t>(probe->expert_bytes)).c_str(),
-                 probe->copy_latency_s * 1e3);
+                 probe->copy_latency_s * 1e3, probe->pair_s * 1e3);
   }
   const auto make = [&](size_t index) {
     engine::EngineParams p = engine_params(o.engine, offloads.at(index), o.threads, context);

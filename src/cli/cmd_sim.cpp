@@ -40,6 +40,7 @@ struct SimOptionsCli {
   int64_t steps = 0;
   double link_gbps = 0;
   double latency_us = -1;
+  int link_channels = 0;
   std::string json;
   std::string latencies;
 };
@@ -144,6 +145,7 @@ void run_sim(const SimOptionsCli& o) {
   schedule::HardwareProfile profile = schedule::load_profile(o.profile);
   if (o.link_gbps > 0) profile.link_bandwidth_bytes_per_s = o.link_gbps * 1e9;
   if (o.latency_us >= 0) profile.link_latency_s = o.latency_us * 1e-6;
+  if (o.link_channels > 0) profile.link_channels = o.link_channels;
   const trace::TraceMeta& meta = input.meta();
   const policy::RouterSpec spec = meta.router_spec();
   if ((profile.layers > 0 && profile.layers != meta.layers) ||
@@ -296,6 +298,10 @@ void add_sim_command(CLI::App& root) {
       ->check(NonNegative);
   cmd->add_option("--latency-us", o->latency_us,
                   "Override the profile's per-copy latency (us; negative = keep)");
+  cmd->add_option("--link-channels", o->link_channels,
+                  "Override the profile's link channels: copies transferring at once, each at "
+                  "bandwidth / channels (0 = keep)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--json", o->json,
                   "Write the JSON report to this file ('-' = stdout, table then on stderr)");
   cmd->add_option(

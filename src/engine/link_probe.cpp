@@ -1,6 +1,7 @@
 #include "engine/link_probe.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -19,7 +20,18 @@ std::pair<int, int> nth_distinct_expert(const link::ExpertLayout& layout, int i)
 }
 }  // namespace
 
-DiskProbe probe_disk_link(const model::Model& model, int copies) {
+FittedLink fit_disk_link(double bytes_per_s, double copy_latency_s, int64_t expert_bytes) {
+  FittedLink fit;
+  if (!(bytes_per_s > 0) || expert_bytes <= 0) return fit;
+  const double one_at_full_speed = static_cast<double>(expert_bytes) / bytes_per_s;
+  // 5% of rounding allowed (a probe's noise): 1.96 channels' worth is 2 channels, not 1.
+  fit.channels =
+      std::clamp(static_cast<int>(std::floor(copy_latency_s / one_at_full_speed + 0.05)), 1, 64);
+  fit.latency_s = std::max(0.0, copy_latency_s - fit.channels * one_at_full_speed);
+  return fit;
+}
+
+DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_bytes) {
   const link::ExpertLayout layout = model::expert_layout(model);
   if (layout.layers() == 0) fail(model.path().string(), "experts", "expected a MoE model to probe");
   if (!layout.on_disk())
@@ -39,24 +51,41 @@ DiskProbe probe_disk_link(const model::Model& model, int copies) {
     in_slot[static_cast<size_t>(layer)] = t;
     return t;
   };
+  const auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
   DiskProbe probe;
   probe.mode = disk.mode();
   probe.expert_bytes = static_cast<int64_t>(layout.expert_bytes(0, 0));
-  std::vector<double> alone;
-  for (int k = 0; k < 5; ++k) {
+  std::vector<double> alone, pair;
+  for (int k = 0; k < 7; ++k) {
     const double t0 = disk.now();
     disk.wait(copy());
     alone.push_back(disk.now() - t0);
   }
-  std::sort(alone.begin(), alone.end());
-  probe.copy_latency_s = alone[alone.size() / 2];
+  probe.copy_latency_s = median(alone);
+  if (layers >= 2) {  // two slots, so the pair's copies never wait for each other
+    for (int k = 0; k < 5; ++k) {
+      const double t0 = disk.now();
+      copy();
+      disk.wait(copy());
+      pair.push_back(disk.now() - t0);
+    }
+    probe.pair_s = median(pair);
+  }
+  // Back to back: every distinct expert at most once, at least `copies`.
+  const int64_t per_copy = std::max<int64_t>(probe.expert_bytes, 1);
+  const int64_t wanted = std::max<int64_t>(copies, (min_bytes + per_copy - 1) / per_copy);
+  const int64_t distinct = static_cast<int64_t>(layers) * layout.experts();
+  const auto timed = static_cast<int>(std::max<int64_t>(copies, std::min(wanted, distinct - i)));
   const int64_t before = disk.bytes_read();
   const double t0 = disk.now();
   link::Ticket last = link::kNoTicket;
-  for (int k = 0; k < copies; ++k) last = copy();
+  for (int k = 0; k < timed; ++k) last = copy();
   disk.wait(last);
   const double seconds = disk.now() - t0;
-  probe.copies = copies;
+  probe.copies = timed;
   probe.bytes_per_s = seconds > 0 ? static_cast<double>(disk.bytes_read() - before) / seconds : 0.0;
   return probe;
 }

@@ -17,15 +17,29 @@ namespace steermoe::engine {
 struct DiskProbe {
   double bytes_per_s = 0;     // copies back to back (the link's own queue depth)
   double copy_latency_s = 0;  // one copy alone, enqueue to completion (median of several)
+  double pair_s = 0;          // two copies enqueued together, until both completed (median)
   int64_t expert_bytes = 0;   // bytes of one copy
   int copies = 0;             // copies timed for the bandwidth
   std::string mode;           // "io_uring, O_DIRECT", ...
 };
 
-// Copies `copies` distinct experts (spread over layers and experts, so no read hits what a
-// previous one cached) through a DiskLink. Throws steermoe::Error when the model's experts are
-// not stored as-is in its file(s).
-DiskProbe probe_disk_link(const model::Model& model, int copies = 64);
+// The simulated link (SimulatedLinkParams: channels, latency, pipelined) that reproduces a
+// probe's two facts: copies back to back reach `bytes_per_s`, and one copy alone takes
+// `copy_latency_s`. A disk whose copy alone runs well below its back-to-back bandwidth reads
+// several copies at once: channels = floor(bytes_per_s x alone / bytes) (at least 1, a little
+// rounding allowed), each at bytes_per_s / channels; what is left of `alone` is latency.
+struct FittedLink {
+  int channels = 1;
+  double latency_s = 0;
+};
+FittedLink fit_disk_link(double bytes_per_s, double copy_latency_s, int64_t expert_bytes);
+
+// Times copies of distinct experts (spread over layers and experts, so no read hits what a
+// previous one read) through a DiskLink: a few alone, a few pairs, then back to back until at
+// least `copies` copies and `min_bytes` bytes (a long enough run to average a virtual disk's
+// bursts). Throws steermoe::Error when the model's experts are not stored as-is in its file(s).
+DiskProbe probe_disk_link(const model::Model& model, int copies = 64,
+                          int64_t min_bytes = int64_t{1} << 30);
 
 // While alive, a thread of its own keeps the disk link reading distinct experts of `model`, one
 // copy after another (as prefetches run beside compute): what `steermoe profile` times compute

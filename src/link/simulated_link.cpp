@@ -7,7 +7,7 @@
 namespace steermoe::link {
 
 SimulatedLink::SimulatedLink(const SimulatedLinkParams& params)
-    : params_(params), ring_(64), transfer_start_(64) {
+    : params_(params), ring_(64), transfer_start_(64), transfer_end_(64) {
   if (!(params.bandwidth_bytes_per_s > 0))
     fail("simulated link", "bandwidth", "must be > 0 bytes/s, got {}",
          params.bandwidth_bytes_per_s);
@@ -16,42 +16,69 @@ SimulatedLink::SimulatedLink(const SimulatedLinkParams& params)
   if (!(params.compute_slowdown >= 0 && params.compute_slowdown < 1))
     fail("simulated link", "compute slowdown", "must be in [0, 1), got {}",
          params.compute_slowdown);
+  if (!(params.channels >= 1 && params.channels <= 1024))
+    fail("simulated link", "channels", "must be in [1, 1024], got {}", params.channels);
+  channel_free_.assign(static_cast<size_t>(params.channels), 0.0);
 }
 
 double SimulatedLink::copy_seconds(int64_t bytes) const {
-  return params_.latency_s + static_cast<double>(bytes) / params_.bandwidth_bytes_per_s;
+  return params_.latency_s +
+         static_cast<double>(bytes) * params_.channels / params_.bandwidth_bytes_per_s;
 }
 
 Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
   SM_ASSERT(copy.bytes >= 0);
   const size_t in_flight = static_cast<size_t>(last_ticket_ - completed_);
   if (in_flight == ring_.size()) {
-    // Grow the ring, unrolling it so that head_ becomes 0 (only happens at new peaks).
+    // Grow the rings, unrolling them so that head_ becomes 0 (only happens at new peaks).
+    const size_t mask = ring_.size() - 1;
     std::vector<double> bigger(ring_.size() * 2);
     std::vector<double> bigger_start(ring_.size() * 2);
+    std::vector<double> bigger_end(ring_.size() * 2);
     for (size_t i = 0; i < in_flight; ++i) {
-      bigger[i] = ring_[(head_ + i) & (ring_.size() - 1)];
-      bigger_start[i] = transfer_start_[(head_ + i) & (ring_.size() - 1)];
+      bigger[i] = ring_[(head_ + i) & mask];
+      bigger_start[i] = transfer_start_[(head_ + i) & mask];
+      bigger_end[i] = transfer_end_[(head_ + i) & mask];
     }
     ring_.swap(bigger);
     transfer_start_.swap(bigger_start);
+    transfer_end_.swap(bigger_end);
     head_ = 0;
   }
-  double start = std::max(now_, last_end_);
-  double duration = copy_seconds(copy.bytes);
+  // The channel that frees first (the lowest such index: deterministic). Every channel's free
+  // time only grows and now_ never falls, so transfers start in ticket order.
+  const auto channel = static_cast<size_t>(
+      std::min_element(channel_free_.begin(), channel_free_.end()) - channel_free_.begin());
+  const double free_at = channel_free_[channel];
+  const double transfer =
+      static_cast<double>(copy.bytes) * params_.channels / params_.bandwidth_bytes_per_s;
+  double start = std::max(now_, free_at);
+  double transfer_end = start + params_.latency_s + transfer;
+  double duration = params_.latency_s + transfer;
   if (params_.pipelined) {
-    const double transfer = static_cast<double>(copy.bytes) / params_.bandwidth_bytes_per_s;
-    const double end = std::max(now_ + params_.latency_s + transfer, last_end_ + transfer);
-    duration = transfer;  // the link is busy for the transfer; the latency overlaps
-    start = end - transfer;
+    // The channel is busy for the transfer only; the latency overlaps the previous copy's.
+    transfer_end = std::max(now_ + params_.latency_s + transfer, free_at + transfer);
+    duration = transfer;
+    start = transfer_end - transfer;
   }
-  last_end_ = start + duration;
+  channel_free_[channel] = transfer_end;
+  // Reported in enqueue order: complete once every earlier copy is, too.
+  last_end_ = std::max(last_end_, transfer_end);
   ++last_ticket_;
-  ring_[(head_ + in_flight) & (ring_.size() - 1)] = last_end_;
-  transfer_start_[(head_ + in_flight) & (ring_.size() - 1)] = start;
+  const size_t at = (head_ + in_flight) & (ring_.size() - 1);
+  ring_[at] = last_end_;
+  transfer_start_[at] = start;
+  transfer_end_[at] = transfer_end;
   bytes_moved_ += copy.bytes;
   busy_seconds_ += duration;
-  if (log_enabled_) log_.push_back({last_ticket_, copy, now_, start, last_end_});
+  if (log_enabled_)
+    log_.push_back({.ticket = last_ticket_,
+                    .copy = copy,
+                    .enqueued = now_,
+                    .start = start,
+                    .transfer_end = transfer_end,
+                    .end = last_end_,
+                    .channel = static_cast<int>(channel)});
   return last_ticket_;
 }
 
@@ -94,28 +121,46 @@ void SimulatedLink::advance(double seconds) {
   }
   // No retire() here: completion_time() may still be asked about tickets completed meanwhile.
   const double rate_busy = 1.0 - params_.compute_slowdown;
-  // Busy intervals [transfer start, end] of the copies in flight are disjoint and in ticket
-  // order (one FIFO); between them, and after the last, the work runs at full speed.
   double left = seconds;
-  const auto in_flight = static_cast<size_t>(last_ticket_ - completed_);
-  for (size_t i = 0; i < in_flight && left > 0; ++i) {
-    const size_t at = (head_ + i) & (ring_.size() - 1);
-    const double busy_from = std::max(now_, transfer_start_[at]);
-    const double busy_to = ring_[at];
-    if (busy_to <= now_) continue;
-    const double idle = busy_from - now_;  // full speed up to this transfer
-    if (left <= idle) break;
+  // Work from now_ to the start of a busy stretch runs at full speed, inside it at rate_busy.
+  // Returns true once the work is done.
+  const auto through = [&](double busy_from, double busy_to) {
+    busy_from = std::max(now_, busy_from);
+    if (busy_to <= now_) return false;
+    const double idle = busy_from - now_;
+    if (left <= idle) return true;
     left -= idle;
     now_ = busy_from;
     const double busy_work = (busy_to - busy_from) * rate_busy;
     if (left <= busy_work) {
       now_ += left / rate_busy;
-      return;
+      left = 0;
+      return true;
     }
     left -= busy_work;
     now_ = busy_to;
+    return false;
+  };
+  // The transfers in flight start in ticket order; with several channels they overlap, so the
+  // link is busy over their union, walked as merged stretches.
+  const auto in_flight = static_cast<size_t>(last_ticket_ - completed_);
+  const size_t mask = ring_.size() - 1;
+  double stretch_from = 0, stretch_to = -1;  // none yet
+  for (size_t i = 0; i < in_flight; ++i) {
+    const size_t at = (head_ + i) & mask;
+    if (transfer_start_[at] <= stretch_to) {
+      stretch_to = std::max(stretch_to, transfer_end_[at]);
+      continue;
+    }
+    if (stretch_to >= 0 && through(stretch_from, stretch_to)) {
+      now_ += left;  // 0 unless the work ended before the stretch
+      return;
+    }
+    stretch_from = transfer_start_[at];
+    stretch_to = transfer_end_[at];
   }
-  now_ += left;
+  if (stretch_to >= 0) through(stretch_from, stretch_to);
+  now_ += left;  // what is left after the last stretch (or before it) runs at full speed
 }
 
 }  // namespace steermoe::link

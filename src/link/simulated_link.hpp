@@ -1,10 +1,13 @@
 // A discrete-event model of one copy link, driven by a simulated clock. A copy starts at the
 // later of its enqueue time and the end of the previous copy (one FIFO stream) and takes
-// `latency + bytes / bandwidth` (docs/policy-contract.md "Timing model" 4). Because the queue is
-// FIFO and durations are known at enqueue, each copy's completion time is fixed when it is
-// enqueued; the clock moves only through advance() (compute or host work of the caller) and
-// wait() (a stall). Nothing allocates in steady state: in-flight copies live in a ring that only
-// grows when more copies are in flight than ever before (the warm-up at request start).
+// `latency + bytes / bandwidth` (docs/policy-contract.md "Timing model" 4). A link of several
+// channels (a disk that reads faster with more reads in flight) starts each copy on the channel
+// that frees first; completion is still reported in enqueue order (a copy counts as complete
+// once it and every earlier copy have ended), as the real links report it. Because channels are
+// taken in order and durations are known at enqueue, each copy's completion time is fixed when
+// it is enqueued; the clock moves only through advance() (compute or host work of the caller)
+// and wait() (a stall). Nothing allocates in steady state: in-flight copies live in a ring that
+// only grows when more copies are in flight than ever before (the warm-up at request start).
 #pragma once
 
 #include <cstddef>
@@ -23,6 +26,11 @@ struct SimulatedLinkParams {
   // another (a disk with a queue of reads): a copy ends at max(enqueue + latency + transfer,
   // previous end + transfer).
   bool pipelined = false;
+  // Copies that transfer at once, each at bandwidth / channels (so `bandwidth` is what the link
+  // reaches with every channel busy, and one copy alone takes latency + bytes * channels /
+  // bandwidth): a disk whose reads are faster together than one after another. 1: one stream.
+  // With `pipelined`, each channel overlaps its copies' latency as above.
+  int channels = 1;
   // Fraction of the caller's speed lost while a copy transfers, in [0, 1): on a CPU whose cores
   // also serve the link (a virtual disk's I/O, the memory bus a DMA shares), work advanced while
   // a transfer is under way takes 1 / (1 - compute_slowdown) as long. 0 (a GPU's copy engine):
@@ -35,8 +43,10 @@ struct CopyEvent {
   Ticket ticket = kNoTicket;
   CopyRequest copy;
   double enqueued = 0;
-  double start = 0;
-  double end = 0;
+  double start = 0;         // the transfer starts (after the latency unless pipelined)
+  double transfer_end = 0;  // its channel is done with it
+  double end = 0;           // the link reports it complete (it and every earlier copy ended)
+  int channel = 0;
 };
 
 class SimulatedLink final : public Link {
@@ -57,8 +67,9 @@ class SimulatedLink final : public Link {
   double completion_time(Ticket ticket) const;
   // Time at which the link will have finished every copy enqueued so far.
   double busy_until() const { return last_end_; }
+  int channels() const { return params_.channels; }
   Ticket last_ticket() const { return last_ticket_; }
-  // Bytes moved and busy seconds over the link's lifetime.
+  // Bytes moved and busy seconds over the link's lifetime (summed over channels).
   int64_t bytes_moved() const { return bytes_moved_; }
   double busy_seconds() const { return busy_seconds_; }
 
@@ -73,15 +84,19 @@ class SimulatedLink final : public Link {
 
   SimulatedLinkParams params_;
   double now_ = 0;
-  double last_end_ = 0;
+  double last_end_ = 0;  // latest completion so far (the FIFO watermark's time)
+  // When each channel finishes the last copy given to it (`channels` entries).
+  std::vector<double> channel_free_;
   Ticket last_ticket_ = kNoTicket;
   Ticket completed_ = kNoTicket;
   int64_t bytes_moved_ = 0;
   double busy_seconds_ = 0;
-  // Ring of completion times of tickets completed_+1 .. last_ticket_ (capacity a power of two),
-  // and beside it when each one's transfer starts (the link is busy from there to the end).
+  // Ring of completion times (in enqueue order) of tickets completed_+1 .. last_ticket_
+  // (capacity a power of two), and beside it when each one's transfer starts and ends (its
+  // channel is busy from there to there; these intervals start in ticket order).
   std::vector<double> ring_;
   std::vector<double> transfer_start_;
+  std::vector<double> transfer_end_;
   std::size_t head_ = 0;  // ring index of ticket completed_ + 1
   bool log_enabled_ = false;
   std::vector<CopyEvent> log_;

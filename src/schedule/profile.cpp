@@ -71,6 +71,12 @@ HardwareProfile parse_profile(const nlohmann::json& json, const std::string& whe
       fail(lw, "pipelined", "expected true or false, got {}", json_excerpt(link.at("pipelined")));
     p.link_pipelined = link.at("pipelined").get<bool>();
   }
+  if (link.contains("channels")) {
+    const auto& c = link.at("channels");
+    if (!c.is_number_integer() || c.get<int64_t>() < 1 || c.get<int64_t>() > 1024)
+      fail(lw, "channels", "expected an integer in [1, 1024], got {}", json_excerpt(c));
+    p.link_channels = static_cast<int>(c.get<int64_t>());
+  }
   p.link_compute_slowdown = number(link, "compute_slowdown", lw, 0, false);
   if (!(p.link_compute_slowdown < 1))
     fail(lw, "compute_slowdown", "expected a fraction in [0, 1), got {}", p.link_compute_slowdown);
@@ -94,6 +100,7 @@ nlohmann::json HardwareProfile::to_json() const {
            {{"bandwidth_GBps", link_bandwidth_bytes_per_s / 1e9},
             {"latency_us", link_latency_s * 1e6},
             {"pipelined", link_pipelined},
+            {"channels", link_channels},
             {"compute_slowdown", link_compute_slowdown}}},
           {"expert_bytes", expert_bytes},
           {"compute_us",
@@ -109,6 +116,7 @@ link::SimulatedLinkParams HardwareProfile::link_params() const {
   return {.bandwidth_bytes_per_s = link_bandwidth_bytes_per_s,
           .latency_s = link_latency_s,
           .pipelined = link_pipelined,
+          .channels = link_channels,
           .compute_slowdown = link_compute_slowdown};
 }
 

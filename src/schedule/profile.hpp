@@ -20,10 +20,13 @@ struct HardwareProfile {
   int layers = 0;
   int experts = 0;
   int top_k = 0;
-  // Link: one FIFO copy stream.
+  // Link: one FIFO copy queue.
   double link_bandwidth_bytes_per_s = 0;  // > 0
   double link_latency_s = 0;              // per copy
   bool link_pipelined = false;            // copies overlap their latency (SimulatedLinkParams)
+  // Copies transferring at once, each at bandwidth / channels (SimulatedLinkParams): a disk
+  // that reads faster with several reads in flight. 1: one copy stream.
+  int link_channels = 1;
   // Fraction of compute speed lost while a copy transfers (SimulatedLinkParams): measured by
   // `steermoe profile` on a CPU whose cores also serve the disk; 0 for a GPU's copy engine.
   double link_compute_slowdown = 0;

@@ -185,11 +185,33 @@ TEST(BenchCli, ProfileWritesAProfileThatSimReads) {
   EXPECT_THAT(r.output, HasSubstr("| compute beside reads: every expert in a slot@64 disk |"));
   EXPECT_GE(p.link_compute_slowdown, 0.0);
   EXPECT_LT(p.link_compute_slowdown, 1.0);
+  // The link as fitted from the probe: at least one channel, pipelined.
+  EXPECT_GE(p.link_channels, 1);
+  EXPECT_TRUE(p.link_pipelined);
   // Only the disk link is measured.
   const auto bad = test_support::run_cli("profile -m " + kModel.string() + " -f " + kText.string() +
                                          " --link resident -o " + out.string());
   EXPECT_NE(bad.status, 0);
   EXPECT_THAT(bad.output, HasSubstr("--link"));
+}
+
+// The probe's two facts become a link: 4 MB copies back to back at 2 GB/s (2 ms each at full
+// speed), alone in 4.1 ms: two channels and 0.1 ms of latency.
+TEST(FitDiskLink, ACopyAloneSlowerThanBackToBackMeansSeveralChannels) {
+  const FittedLink two = fit_disk_link(2e9, 4.1e-3, 4'000'000);
+  EXPECT_EQ(two.channels, 2);
+  EXPECT_NEAR(two.latency_s, 0.1e-3, 1e-9);
+  // Within rounding of 2 channels' time (1.975): still 2, no negative latency.
+  const FittedLink rounded = fit_disk_link(2e9, 3.95e-3, 4'000'000);
+  EXPECT_EQ(rounded.channels, 2);
+  EXPECT_EQ(rounded.latency_s, 0.0);
+  // Alone about as fast as back to back: one stream, the rest latency.
+  const FittedLink one = fit_disk_link(2e9, 2.5e-3, 4'000'000);
+  EXPECT_EQ(one.channels, 1);
+  EXPECT_NEAR(one.latency_s, 0.5e-3, 1e-9);
+  EXPECT_EQ(fit_disk_link(2e9, 1e-3, 4'000'000).channels, 1);  // faster alone: noise
+  EXPECT_EQ(fit_disk_link(2e9, 1.0, 4'000'000).channels, 64);  // capped
+  EXPECT_EQ(fit_disk_link(0, 1e-3, 4'000'000).channels, 1);    // nothing measured
 }
 
 // What `profile` times compute beside: the disk link reading on a thread of its own until the

@@ -81,6 +81,23 @@ TEST(Profile, ErrorsNameTheFieldAndTheKnownProfiles) {
       EXPECT_NE(std::string(e.what()).find("compute_slowdown"), std::string::npos) << e.what();
     }
   }
+  j["link"]["compute_slowdown"] = 0.25;
+  // Channels: optional (1), an integer of at least 1, carried to the link.
+  EXPECT_EQ(ok.link_channels, 1);
+  j["link"]["channels"] = 3;
+  const HardwareProfile three = parse_profile(j, "x.json");
+  EXPECT_EQ(parse_profile(three.to_json(), "round trip").link_channels, 3);
+  EXPECT_EQ(three.link_params().channels, 3);
+  for (const nlohmann::json& bad :
+       {nlohmann::json(0), nlohmann::json(2.5), nlohmann::json("2"), nlohmann::json(5000)}) {
+    j["link"]["channels"] = bad;
+    try {
+      parse_profile(j, "x.json");
+      FAIL() << "accepted channels " << bad.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("channels"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -116,6 +116,83 @@ TEST(SimulatedLink, RingGrowsPastItsInitialCapacityWithoutLosingOrder) {
   EXPECT_NEAR(link.now(), 2.6e-3, 1e-12);
 }
 
+// A disk that reads faster with several reads in flight: two channels, each at half the link's
+// bandwidth; a copy goes to the channel that frees first.
+TEST(SimulatedLink, ChannelsTransferCopiesAtOnceEachAtItsShare) {
+  // 2 MB/s over 2 channels: 1000 bytes take 1 ms on a channel.
+  SimulatedLink link({.bandwidth_bytes_per_s = 2e6, .latency_s = 0, .channels = 2});
+  link.enable_log(true);
+  EXPECT_EQ(link.channels(), 2);
+  link.enqueue({.bytes = 1000});
+  link.enqueue({.bytes = 1000});
+  link.enqueue({.bytes = 1000});
+  EXPECT_NEAR(link.completion_time(1), 1e-3, kEps);
+  EXPECT_NEAR(link.completion_time(2), 1e-3, kEps);  // beside copy 1, not after it
+  EXPECT_NEAR(link.completion_time(3), 2e-3, kEps);  // the first channel to free
+  EXPECT_EQ(link.log()[1].channel, 1);
+  EXPECT_EQ(link.log()[2].channel, 0);
+  EXPECT_NEAR(link.busy_until(), 2e-3, kEps);
+  EXPECT_NEAR(link.copy_seconds(1000), 1e-3, kEps);  // alone: bytes x channels / bandwidth
+  // Back to back the link reaches its bandwidth: 8 more copies of 1000 bytes end 4 ms later.
+  link.wait(3);
+  for (int i = 0; i < 8; ++i) link.enqueue({.bytes = 1000});
+  EXPECT_NEAR(link.completion_time(11), 6e-3, kEps);
+  EXPECT_EQ(link.bytes_moved(), 11000);
+  EXPECT_NEAR(link.busy_seconds(), 11e-3, kEps);  // channel-seconds
+}
+
+// Completions are reported in enqueue order (as the disk link reports its watermark): a short
+// copy beside a long one counts as complete only when the long one ends.
+TEST(SimulatedLink, ChannelsReportCompletionInEnqueueOrder) {
+  SimulatedLink link(
+      {.bandwidth_bytes_per_s = 2e6, .latency_s = 0.5e-3, .pipelined = true, .channels = 2});
+  link.enable_log(true);
+  link.enqueue({.bytes = 4000});  // channel 0: 0.5 ms latency + 4 ms
+  link.enqueue({.bytes = 1000});  // channel 1: 0.5 ms latency + 1 ms
+  EXPECT_NEAR(link.log()[1].transfer_end, 1.5e-3, kEps);
+  EXPECT_NEAR(link.completion_time(2), 4.5e-3, kEps);
+  link.advance(2e-3);
+  EXPECT_EQ(link.completed(), 0);
+  link.wait(2);
+  EXPECT_NEAR(link.now(), 4.5e-3, kEps);
+  EXPECT_EQ(link.completed(), 2);
+  // Pipelined per channel: the next copy on channel 1 overlaps its latency with the previous
+  // one's transfer. Enqueued at 4.5 ms, both channels idle: latency again.
+  link.enqueue({.bytes = 1000});
+  EXPECT_NEAR(link.completion_time(3), 6e-3, kEps);
+}
+
+// Overlapping transfers on two channels slow the compute once over their union, not once per
+// transfer.
+TEST(SimulatedLink, WorkRunsSlowerOverTheUnionOfOverlappingTransfers) {
+  SimulatedLink link(
+      {.bandwidth_bytes_per_s = 2e6, .latency_s = 0, .channels = 2, .compute_slowdown = 0.5});
+  link.enqueue({.bytes = 2000});  // [0, 2] ms on channel 0
+  link.advance(0.5e-3);           // at half speed: 1 ms
+  EXPECT_NEAR(link.now(), 1e-3, kEps);
+  link.enqueue({.bytes = 2000});  // [1, 3] ms on channel 1
+  link.enqueue({.bytes = 1000});  // [2, 3] ms on channel 0
+  // Busy [1, 3] ms: 2 ms at half speed = 1 ms of work, then 1 ms at full speed.
+  link.advance(2e-3);
+  EXPECT_NEAR(link.now(), 4e-3, kEps);
+  // Two copies started together: busy [4, 6] once, then idle.
+  link.enqueue({.bytes = 2000});
+  link.enqueue({.bytes = 2000});
+  link.advance(2e-3);  // 1 ms of work over [4, 6], 1 ms after
+  EXPECT_NEAR(link.now(), 7e-3, kEps);
+  // A short transfer inside a long one: busy [7, 11] ms, not up to the short one's end.
+  link.enqueue({.bytes = 4000});  // [7, 11]
+  link.enqueue({.bytes = 1000});  // [7, 8]
+  link.advance(3e-3);             // 2 ms of work over [7, 11], 1 ms after
+  EXPECT_NEAR(link.now(), 12e-3, kEps);
+}
+
+TEST(SimulatedLink, RejectsBadChannelCounts) {
+  for (const int bad : {0, -1, 1025}) {
+    EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 1e6, .channels = bad}), Error) << bad;
+  }
+}
+
 TEST(SimulatedLink, RejectsNonPositiveBandwidth) {
   EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 0, .latency_s = 0}), Error);
   EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 1e9, .latency_s = -1}), Error);
