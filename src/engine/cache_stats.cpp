@@ -34,6 +34,7 @@ void each_field(CacheStats& a, const CacheStats& b, Op op) {
   op(a.attention_s, b.attention_s);
   op(a.moe_s, b.moe_s);
   op(a.bytes, b.bytes);
+  op(a.link_busy_s, b.link_busy_s);
   op(a.warm_copies, b.warm_copies);
   op(a.restore_copied, b.restore_copied);
   op(a.warm_bytes, b.warm_bytes);

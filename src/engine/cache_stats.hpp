@@ -40,6 +40,7 @@ struct CacheStats {
   double attention_s = 0;        // A(l): from a layer's start to its H(l), all MoE layers
   double moe_s = 0;              // M(l): from the end of the wait to the layer's end
   int64_t bytes = 0;             // bytes copied (decode)
+  double link_busy_s = 0;        // link time with a copy in flight (0: the link does not say)
   int64_t warm_copies = 0;       // warm-up copies at request start
   int64_t restore_copied = 0;    // --spec-select rollback: slots copied again after a rejection
   int64_t block_copied = 0;      // verification blocks: experts copied into a block's slots

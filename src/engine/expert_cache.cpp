@@ -71,6 +71,7 @@ CacheStats physical_stats(const schedule::RunTotals& t) {
   s.stall_other_s = t.stall_on_other;
   s.host_s = t.host;
   s.bytes = t.bytes;
+  s.link_busy_s = t.link_busy;
   s.warm_copies = t.warm_copies;
   s.restore_copied = t.restore_copies;
   s.block_copied = t.block_copies;

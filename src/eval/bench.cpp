@@ -48,6 +48,8 @@ void copy_figures(BenchRound& r, const engine::CacheStats& sum, double per_token
     r.moe_ms = sum.moe_s * 1e3 / st;
     r.link_clock_ms = sum.latency_s * 1e3 / st;
     r.link_gb_per_s = total_ms > 0 ? static_cast<double>(sum.bytes) / (total_ms * 1e-3) / 1e9 : 0.0;
+    r.link_busy_gb_per_s =
+        sum.link_busy_s > 0 ? static_cast<double>(sum.bytes) / sum.link_busy_s / 1e9 : 0.0;
     if (e.expert_cache().kind() == engine::LinkKind::kSim) r.sim_mean_ms = sum.latency_s * 1e3 / st;
   } else {
     r.demand = static_cast<double>(sum.logical_demand) / st;
@@ -242,7 +244,8 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
             {"other", r.stall_other_ms}}},
           {"host_ms_per_token", r.host_ms},
           {"compute_ms_per_token", {{"attention", r.attention_ms}, {"moe", r.moe_ms}}},
-          {"link_gb_per_s", r.link_gb_per_s}};
+          {"link_gb_per_s", r.link_gb_per_s},
+          {"link_busy_gb_per_s", r.link_busy_gb_per_s}};
       if (r.sim_mean_ms > 0) j["sim_ms_per_token"] = r.sim_mean_ms;
       if (r.tau > 0) {
         // Every copy figure of the round is per committed token; a verification block's copies

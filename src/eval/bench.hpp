@@ -70,7 +70,10 @@ struct BenchRound {
   double attention_ms = 0, moe_ms = 0;  // A(l) and M(l) summed over MoE layers (link clock)
   double link_clock_ms = 0;             // token latency on the link's clock
   double link_gb_per_s = 0;             // bytes copied per second of decode time
-  bool physical = false;                // copies above come from a link (not the logical counters)
+  // Bytes copied per second the link had a copy in flight: the rate the link reached under this
+  // configuration's own copies (0 where the link does not measure its busy time).
+  double link_busy_gb_per_s = 0;
+  bool physical = false;  // copies above come from a link (not the logical counters)
   // Speculative decoding: committed tokens per verification, the blocks' copies per committed
   // token, drafting and verification time per committed token (ms_per_token is per committed
   // token too).

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <system_error>
 #include <thread>
 
@@ -87,6 +88,12 @@ struct DiskLink::Impl {
   std::atomic<bool> direct_refused{false};
   bool direct_at_open = false;  // some file was opened with O_DIRECT
   std::atomic<int64_t> bytes_read{0};
+  // Busy time (some copy enqueued and not yet complete), kept under its own mutex because the
+  // caller enqueues and the copy thread completes: idle when the last published ticket is the
+  // last enqueued one.
+  std::mutex busy_mutex;
+  Ticket busy_enqueued = kNoTicket, busy_published = kNoTicket;
+  double busy_since = 0, busy_total = 0;
   std::thread thread;
 
   // Copy-thread state (uring path).
@@ -105,6 +112,18 @@ struct DiskLink::Impl {
       if (f.fd >= 0) ::close(f.fd);
     if (uring) io_uring_queue_exit(&ring);
     if (wake_fd >= 0) ::close(wake_fd);
+  }
+
+  // Every copy up to `ticket` finished: the watermark moves, and the busy clock stops when no
+  // copy is left in flight.
+  void publish(Ticket ticket) {
+    {
+      const std::lock_guard<std::mutex> lock(busy_mutex);
+      if (busy_published < busy_enqueued && ticket >= busy_enqueued)
+        busy_total += now() - busy_since;
+      busy_published = std::max(busy_published, ticket);
+    }
+    done.publish(ticket);
   }
 
   double now() const {
@@ -351,7 +370,7 @@ struct DiskLink::Impl {
         done.fail(error);
         return;
       }
-      done.publish(q.ticket);
+      publish(q.ticket);
     }
   }
 
@@ -458,7 +477,7 @@ struct DiskLink::Impl {
       CopyState& c = copies[copy_head];
       if (!c.issued_all || c.outstanding > 0) break;
       if (!finish_copy(c.q, error)) {
-        if (last != kNoTicket) done.publish(last);  // the good copies before it
+        if (last != kNoTicket) publish(last);  // the good copies before it
         return false;
       }
       last = c.q.ticket;
@@ -466,7 +485,7 @@ struct DiskLink::Impl {
       --copy_count;
       if (issue_cursor > 0) --issue_cursor;
     }
-    if (last != kNoTicket) done.publish(last);
+    if (last != kNoTicket) publish(last);
     return true;
   }
 
@@ -626,7 +645,14 @@ Ticket DiskLink::enqueue(const CopyRequest& copy) {
             copy.expert < d.layout.experts() && copy.slot >= 0 &&
             copy.slot < d.arena.slots_per_layer());
   if (d.done.failed()) d.done.completed();  // rethrows
-  const Ticket t = d.queue.push(copy, d.now());
+  Ticket t = kNoTicket;
+  {
+    const std::lock_guard<std::mutex> lock(d.busy_mutex);
+    const double at = d.now();
+    if (d.busy_published == d.busy_enqueued) d.busy_since = at;  // idle until now
+    t = d.queue.push(copy, at);
+    d.busy_enqueued = t;
+  }
   d.wake();
   return t;
 }
@@ -653,6 +679,12 @@ std::string DiskLink::mode() const {
                      : direct_refused() ? "O_DIRECT (some files buffered)"
                                         : "O_DIRECT");
 }
+double DiskLink::busy_seconds() {
+  Impl& d = *impl_;
+  const std::lock_guard<std::mutex> lock(d.busy_mutex);
+  return d.busy_total + (d.busy_published < d.busy_enqueued ? d.now() - d.busy_since : 0.0);
+}
+
 int64_t DiskLink::bytes_read() const {
   return impl_->bytes_read.load();
 }

@@ -83,6 +83,7 @@ class DiskLink final : public Link {
   Ticket completed() override;
   void wait(Ticket ticket) override;
   double now() override;  // steady clock, seconds since construction
+  double busy_seconds() override;
 
   bool uses_uring() const;
   // True if some file could not be read with O_DIRECT (read buffered instead).

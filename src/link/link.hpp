@@ -45,6 +45,11 @@ class Link {
   virtual double now() = 0;
 
   bool is_complete(Ticket ticket) { return ticket <= completed(); }
+
+  // Seconds of the link's clock during which at least one copy was in flight (enqueued, not yet
+  // complete), over the link's lifetime; 0 where the link does not measure it. Bytes moved
+  // divided by it is the rate the link reached under its caller's own pattern of copies.
+  virtual double busy_seconds() { return 0.0; }
 };
 
 }  // namespace steermoe::link

@@ -54,14 +54,15 @@ Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
       static_cast<double>(copy.bytes) * params_.channels / params_.bandwidth_bytes_per_s;
   double start = std::max(now_, free_at);
   double transfer_end = start + params_.latency_s + transfer;
-  double duration = params_.latency_s + transfer;
   if (params_.pipelined) {
     // The channel is busy for the transfer only; the latency overlaps the previous copy's.
     transfer_end = std::max(now_ + params_.latency_s + transfer, free_at + transfer);
-    duration = transfer;
     start = transfer_end - transfer;
   }
   channel_free_[channel] = transfer_end;
+  // Transfers start in ticket order, so the union grows by what this one adds past the latest
+  // end so far.
+  busy_seconds_ += std::max(0.0, transfer_end - std::max(start, last_end_));
   // Reported in enqueue order: complete once every earlier copy is, too.
   last_end_ = std::max(last_end_, transfer_end);
   ++last_ticket_;
@@ -70,7 +71,6 @@ Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
   transfer_start_[at] = start;
   transfer_end_[at] = transfer_end;
   bytes_moved_ += copy.bytes;
-  busy_seconds_ += duration;
   if (log_enabled_)
     log_.push_back({.ticket = last_ticket_,
                     .copy = copy,

@@ -69,9 +69,10 @@ class SimulatedLink final : public Link {
   double busy_until() const { return last_end_; }
   int channels() const { return params_.channels; }
   Ticket last_ticket() const { return last_ticket_; }
-  // Bytes moved and busy seconds over the link's lifetime (summed over channels).
+  // Bytes moved over the link's lifetime, and the seconds during which some channel was
+  // transferring (the union: with several channels, overlapping transfers count once).
   int64_t bytes_moved() const { return bytes_moved_; }
-  double busy_seconds() const { return busy_seconds_; }
+  double busy_seconds() override { return busy_seconds_; }
 
   // Keeps every copy's times in log() (allocates; for tests and traces only).
   void enable_log(bool on) { log_enabled_ = on; }

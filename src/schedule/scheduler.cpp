@@ -241,6 +241,7 @@ void TransferScheduler::begin_token() {
   SM_ASSERT(host_layer_ < 0);
   token_ = TokenStats{};
   token_.start = link_->now();
+  link_busy_at_start_ = link_->busy_seconds();
 }
 
 std::span<const uint8_t> TransferScheduler::begin_host(int layer) {
@@ -421,6 +422,7 @@ double TransferScheduler::wait_for_layer(int layer, std::span<const int32_t> sel
 const TokenStats& TransferScheduler::end_token() {
   SM_ASSERT(host_layer_ < 0);
   token_.latency = link_->now() - token_.start;
+  token_.link_busy = link_->busy_seconds() - link_busy_at_start_;
   ++totals_.tokens;
   totals_.latency += token_.latency;
   totals_.demand += token_.demand;
@@ -438,6 +440,7 @@ const TokenStats& TransferScheduler::end_token() {
   totals_.stall_on_other += token_.stall_on_other;
   totals_.host += token_.host;
   totals_.bytes += token_.bytes;
+  totals_.link_busy += token_.link_busy;
   return token_;
 }
 

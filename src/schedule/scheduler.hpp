@@ -74,6 +74,7 @@ struct TokenStats {
   double stall_on_other = 0;      // ... on warm-up copies still in flight
   double host = 0;                // H(l) time, all layers
   int64_t bytes = 0;              // bytes enqueued during this token
+  double link_busy = 0;           // link seconds with a copy in flight (Link::busy_seconds)
   int32_t copies() const { return demand + prefetch_enqueued; }
 };
 
@@ -95,6 +96,7 @@ struct RunTotals {
   double stall = 0, stall_on_demand = 0, stall_on_prefetch = 0, stall_on_other = 0;
   double host = 0;
   int64_t bytes = 0;
+  double link_busy = 0;
   // Prompt time: warm-up copies at request start (kept out of the decode figures above).
   int64_t warm_copies = 0;
   int64_t warm_bytes = 0;
@@ -222,6 +224,7 @@ class TransferScheduler {
   std::vector<int32_t> scratch_;        // [C]: slot indices / tickets to sort
   std::vector<link::Ticket> wait_tickets_;
   double host_begin_ = 0;
+  double link_busy_at_start_ = 0;  // the link's busy seconds at begin_token
   int host_layer_ = -1;
   TokenStats token_;
   RunTotals totals_;

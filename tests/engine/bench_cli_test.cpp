@@ -65,6 +65,12 @@ TEST(BenchCli, PredictionOnTheSimLinkIsTheEnginesSimulatedClock) {
           << steermoe::dump_json(c.at("name"));
       ++compared;
     }
+    // The rate the row's copies reached with one in flight is the profile's (one stream, no
+    // latency), so the prediction from the row's own link rate is the same clock again.
+    EXPECT_NEAR(c.at("link_busy_gb_per_s").get<double>(), 22.9, 1e-6)
+        << steermoe::dump_json(c.at("name"));
+    EXPECT_NEAR(c.at("simulated_own_link_ms_per_token").get<double>(), simulated, 1e-6 * simulated)
+        << steermoe::dump_json(c.at("name"));
   }
   EXPECT_EQ(compared, 3);
 }

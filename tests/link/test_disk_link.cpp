@@ -233,6 +233,30 @@ TEST_P(DiskLinkTest, DelayedCompletionHoldsBackLaterTickets) {
   EXPECT_EQ(link->completed(), 6);
 }
 
+// The link's busy time: from a copy's enqueue to its completion, idle time between copies left
+// out (what bench divides the bytes by to report the rate a configuration's copies reached).
+TEST_P(DiskLinkTest, BusySecondsCountOnlyTimeWithACopyInFlight) {
+  DiskLinkOptions o = options();
+  o.faults.faults.push_back({.ticket = 1, .kind = Kind::kDelay, .delay_s = 0.3});
+  o.faults.faults.push_back({.ticket = 2, .kind = Kind::kDelay, .delay_s = 0.2});
+  auto link = open(o);
+  SKIP_IF_DIRECT_REFUSED();
+  EXPECT_EQ(link->busy_seconds(), 0.0);
+  const auto copies = sequence(2, 9);
+  double t0 = link->now();
+  link->wait(link->enqueue(copies[0]));
+  const double first = link->busy_seconds();
+  EXPECT_GE(first, 0.3);
+  EXPECT_LE(first, link->now() - t0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // idle: not busy
+  EXPECT_EQ(link->busy_seconds(), first);
+  t0 = link->now();
+  link->wait(link->enqueue(copies[1]));
+  const double second = link->busy_seconds() - first;
+  EXPECT_GE(second, 0.2);
+  EXPECT_LE(second, link->now() - t0);
+}
+
 TEST_P(DiskLinkTest, CorruptBytesAreCaughtByVerify) {
   DiskLinkOptions o = options();
   o.verify = true;
