@@ -4,6 +4,7 @@
 //
 //   bench_kernels --benchmark_filter='ReadBandwidth|MatvecBF16'    # bandwidth floor vs matvec
 //   bench_kernels --benchmark_filter='DeltaRuleStep|GatedDeltaNet' # Gated DeltaNet, per Isa
+//   bench_kernels --benchmark_filter=GdnPrefill                     # recurrent vs chunked prefill
 #include <benchmark/benchmark.h>
 #include <time.h>
 
@@ -377,6 +378,98 @@ void gated_deltanet_args(benchmark::internal::Benchmark* b) {
   }
 }
 BENCHMARK(BM_GatedDeltaNetToken)->Apply(gated_deltanet_args)->Unit(benchmark::kMicrosecond);
+
+// A batched prefill of n tokens through one Gated DeltaNet layer's recurrent part, as
+// CpuOps::delta_rule runs it with --gdn-prefill recurrent or chunked (the active Isa, the best
+// this CPU has), at the Qwen3.6-35B-A3B / Qwen3-Next-80B linear layer (16 key heads, 32 value
+// heads, dk = dv = 128, conv 4). Args: n, threads, chunk (0 = recurrent), whole:
+//   whole 1: the op: conv + SiLU and the q / k norms token by token (one thread, as CpuOps),
+//     then the value heads split over `threads` threads, each head's delta rule and gated
+//     RMSNorm (recurrent: a parallel_for per token, one delta_rule_step per head, as
+//     CpuOps::delta_rule_token; chunked: one delta_rule_chunked call of n tokens per head);
+//   whole 0: the delta rule alone (the part the option changes), on inputs convolved once.
+// items_per_second = prompt tokens per second. The inputs are restored outside the timed region;
+// the state carries across iterations with ordinary gates (g -0.1, beta 0.5), so it stays bounded.
+void BM_GdnPrefill(benchmark::State& state) {
+  const auto n = static_cast<size_t>(state.range(0));
+  const auto threads = static_cast<size_t>(state.range(1));
+  const auto chunk = static_cast<size_t>(state.range(2));
+  const bool whole = state.range(3) != 0;
+  constexpr size_t nk = 16, nv = 32, dk = 128, dv = 128, K = 4;
+  const size_t kd = nk * dk, channels = 2 * kd + nv * dv, vd = nv * dv;
+  const auto& w = buffer<float>(channels * K, 21);
+  const auto& x0 = buffer<float>(n * channels, 22);
+  const auto& z = buffer<float>(n * vd, 23);
+  const auto& norm = buffer<float>(dv, 24);
+  std::vector<float> conv_state(channels * (K - 1), 0.0f), x(x0), out(n * vd);
+  std::vector<float> s(nv * dk * dv, 0.0f), g(n * nv, -0.1f), beta(n * nv, 0.5f);
+  ThreadPool& pool = pool_of(threads);
+  const float sqrt_dk = std::sqrt(static_cast<float>(dk));
+  auto inputs = [&] {
+    for (size_t t = 0; t < n; ++t) {
+      float* xt = &x[t * channels];
+      conv1d_silu_step(conv_state.data(), xt, w.data(), channels, K, xt);
+      for (size_t h = 0; h < 2 * nk; ++h) l2norm(&xt[h * dk], dk, 1e-6f);
+      for (size_t i = 0; i < kd; ++i) xt[i] /= sqrt_dk;
+    }
+  };
+  if (!whole) inputs();
+  const DeltaRuleChunkParams p{.n = n,
+                               .dk = dk,
+                               .dv = dv,
+                               .chunk = std::max<size_t>(chunk, 1),
+                               .qk_stride = channels,
+                               .v_stride = channels,
+                               .out_stride = vd,
+                               .gate_stride = nv};
+  for (auto _ : state) {
+    if (whole) {
+      state.PauseTiming();
+      std::copy(x0.begin(), x0.end(), x.begin());
+      state.ResumeTiming();
+      inputs();
+    }
+    if (chunk == 0) {
+      for (size_t t = 0; t < n; ++t) {
+        const float* xt = &x[t * channels];
+        float* ot = &out[t * vd];
+        pool.parallel_for(nv, [&](size_t begin, size_t end) {
+          for (size_t h = begin; h < end; ++h) {
+            const size_t kh = h / (nv / nk);
+            delta_rule_step(&s[h * dk * dv], &xt[kh * dk], &xt[kd + kh * dk], &xt[2 * kd + h * dv],
+                            g[t * nv + h], beta[t * nv + h], dk, dv, &ot[h * dv]);
+            if (whole)
+              rmsnorm_gated(&ot[h * dv], norm.data(), &z[t * vd + h * dv], &ot[h * dv], dv, 1e-6f);
+          }
+        });
+      }
+    } else {
+      pool.parallel_for(nv, [&](size_t begin, size_t end) {
+        for (size_t h = begin; h < end; ++h) {
+          const size_t kh = h / (nv / nk);
+          delta_rule_chunked(&s[h * dk * dv], &x[kh * dk], &x[kd + kh * dk], &x[2 * kd + h * dv],
+                             &g[h], &beta[h], &out[h * dv], p);
+          for (size_t t = 0; t < n && whole; ++t)
+            rmsnorm_gated(&out[t * vd + h * dv], norm.data(), &z[t * vd + h * dv],
+                          &out[t * vd + h * dv], dv, 1e-6f);
+        }
+      });
+    }
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
+}
+void gdn_prefill_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"n", "threads", "chunk", "whole"});
+  for (int whole : {0, 1}) {
+    for (int n : {128, 512}) {
+      for (int threads : {1, 2}) {
+        for (int chunk : {0, 16, 32, 64}) b->Args({n, threads, chunk, whole});
+      }
+    }
+  }
+}
+BENCHMARK(BM_GdnPrefill)->Apply(gdn_prefill_args)->Unit(benchmark::kMillisecond)->UseRealTime();
 
 // ---- Thread pool synchronisation cost -----------------------------------------------------------
 

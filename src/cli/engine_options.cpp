@@ -50,6 +50,12 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
                   "present)")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();
+  cmd->add_option("--gdn-prefill", o.gdn_prefill,
+                  "Gated DeltaNet layers (hybrid models) in a batched prefill: recurrent (token "
+                  "by token, exactly as decoding) | chunked (chunks of 32 tokens per prefill "
+                  "batch: rounds differently, docs/determinism.md; CPU backend)")
+      ->check(CLI::IsMember({"recurrent", "chunked"}))
+      ->capture_default_str();
   cmd->add_option("--mem-limit", o.mem_limit,
                   "Memory budget (e.g. 3G, 2.5GiB, 800MB): the process runs in a memory cgroup of "
                   "that size, page cache counted; the engine must fit (non-expert weights + "
@@ -145,7 +151,9 @@ engine::EngineParams engine_params(const EngineOptions& o, const schedule::Offlo
   return {.threads = threads,
           .context = context,
           .offload = offload,
-          .backend = resolve_backend(o.backend)};
+          .backend = resolve_backend(o.backend),
+          .gdn_prefill = o.gdn_prefill == "chunked" ? engine::DeltaRulePrefill::kChunked
+                                                    : engine::DeltaRulePrefill::kRecurrent};
 }
 
 }  // namespace steermoe::cli

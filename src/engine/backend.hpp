@@ -15,6 +15,15 @@
 
 namespace steermoe::engine {
 
+// How a batched prefill runs a Gated DeltaNet layer's delta rule (docs/determinism.md):
+// kRecurrent token by token, exactly what decoding computes (the default); kChunked in the
+// chunked form (kernels::delta_rule_chunked) over chunks of kDeltaRuleChunk tokens counted from
+// the start of each prefill call, which rounds differently (within a tolerance of the recurrence,
+// still a function of the tokens and the chunk size only, never of the thread count). Decode
+// (one token per call) is token by token either way. CPU backend only.
+enum class DeltaRulePrefill { kRecurrent, kChunked };
+inline constexpr int kDeltaRuleChunk = 32;
+
 // Router output of one MoE layer for n tokens, host-visible, rows [n][E].
 struct RouterScores {
   std::span<const float> z;              // selection scores the policy ranks by

@@ -55,6 +55,8 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (device_link && params.backend != "cuda")
     fail("engine", "--link", "expected --backend cuda with --link cuda, found --backend {}",
          params.backend);
+  if (params.backend == "cuda" && params.gdn_prefill != DeltaRulePrefill::kRecurrent)
+    fail("engine", "--gdn-prefill", "expected recurrent with --backend cuda, found chunked");
   if (params.backend == "cuda") {
     backend_ =
         make_cuda_backend(model_, CudaBackendParams{.context = context_,
@@ -64,9 +66,11 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
                                                     .cache_slots = offload.cache_slots,
                                                     .quiet = params.quiet});
   } else if (params.backend == "cpu") {
-    backend_ = std::make_unique<CpuBackend>(
-        model_, CpuBackendParams{
-                    .threads = params.threads, .context = context_, .max_batch = params.max_batch});
+    backend_ =
+        std::make_unique<CpuBackend>(model_, CpuBackendParams{.threads = params.threads,
+                                                              .context = context_,
+                                                              .max_batch = params.max_batch,
+                                                              .gdn_prefill = params.gdn_prefill});
   } else {
     fail("engine", "--backend", "expected cpu or cuda, found '{}'", params.backend);
   }

@@ -40,6 +40,8 @@ struct EngineParams {
   // Compute backend: "cpu" or "cuda" (engine/cuda_backend_factory.hpp; an error when this
   // binary has no CUDA or no device is present). The CLI resolves its "auto" before this.
   std::string backend = "cpu";
+  // Gated DeltaNet prefill (hybrid models): token by token (default) or chunked (--gdn-prefill).
+  DeltaRulePrefill gdn_prefill = DeltaRulePrefill::kRecurrent;
   bool quiet = false;  // cuda: no device report on stderr
 };
 

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "kernels/linear_attention.hpp"
 #include "kernels/thread_pool.hpp"
 
 namespace steermoe::kernels {
@@ -264,6 +265,9 @@ struct KernelTable {
                           float beta, size_t dk, size_t dv, float* out);
   void (*rmsnorm_gated)(const float* x, const float* w, const float* z, float* out, size_t n,
                         float eps);
+  void (*delta_rule_chunked)(float* state, const float* q, const float* k, const float* v,
+                             const float* g, const float* beta, float* out,
+                             const DeltaRuleChunkParams& p);
   // One input row quantized the way block-type products read it (into `scratch`, act_bytes(n)
   // bytes, 64-byte aligned; quant_internal.hpp): the same bits on every Isa.
   detail::ActQ8 (*quantize_input)(const float* x, size_t n, void* scratch);

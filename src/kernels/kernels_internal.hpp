@@ -21,6 +21,10 @@ const KernelTable& avx512_bf16_table();
 // few independent buffers so that a kernel can hold two at once.
 void* thread_scratch(size_t bytes, int slot);
 
+// DeltaRuleChunkParams with every 0 stride replaced by its documented default, checked (chunk in
+// [1, kMaxDeltaRuleChunk]); every delta_rule_chunked implementation calls this.
+DeltaRuleChunkParams resolve_chunk_params(DeltaRuleChunkParams p);
+
 // RoPE angles for one position: cos_out/sin_out[i] for i in [0, rot_dim/2), computed the same
 // way by every implementation (so RoPE is bit-identical across Isas): from p.inv_freq when given
 // (else theta), times p.attention_factor.

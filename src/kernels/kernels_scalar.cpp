@@ -161,6 +161,7 @@ const KernelTable& scalar_table() {
       .l2norm = reference::l2norm,
       .delta_rule_step = reference::delta_rule_step,
       .rmsnorm_gated = reference::rmsnorm_gated,
+      .delta_rule_chunked = reference::delta_rule_chunked,
       .quantize_input = quantize_act_scalar,
   };
   return table;

@@ -15,6 +15,7 @@
 #include <bit>
 #include <cmath>
 #include <cstddef>
+#include <cstdio>
 #include <memory>
 #include <ostream>
 #include <random>
@@ -653,6 +654,116 @@ TEST(CpuOpsThreads, DeltaRuleIsBitIdenticalAtEveryThreadCount) {
     for (size_t i = 0; i < core.size(); ++i)
       ASSERT_EQ(std::bit_cast<uint32_t>(core[i]), std::bit_cast<uint32_t>(first[i]))
           << threads << " threads, value " << i;
+  }
+}
+
+// ---- The chunked Gated DeltaNet prefill (DeltaRulePrefill::kChunked) ---------------------------
+
+// One Gated DeltaNet layer's delta-rule op on the CPU over a prompt of n tokens fed as calls of
+// `calls` tokens each, then `decode` single-token calls: every call's output, then the conv and
+// recurrent state, in one vector. Value heads 6 over key heads 2; dk 32 != dv 24.
+struct DeltaRuleRun {
+  DeltaRuleSpec s{.k_heads = 2, .v_heads = 6, .dk = 32, .dv = 24, .conv_kernel = 4, .eps = 1e-6f};
+  int cd = 2 * s.k_heads * s.dk + s.v_heads * s.dv;
+  int vd = s.v_heads * s.dv;
+  std::vector<float> conv, a_neg, dt_bias, norm, qkv, z, b, a;
+
+  explicit DeltaRuleRun(int tokens) {
+    std::mt19937 rng(21);
+    const auto n = static_cast<size_t>(tokens);
+    const auto nv = static_cast<size_t>(s.v_heads);
+    conv = random_floats(rng, static_cast<size_t>(cd * s.conv_kernel));
+    a_neg = random_floats(rng, nv, -2.0f, -0.1f);
+    dt_bias = random_floats(rng, nv);
+    norm = random_floats(rng, static_cast<size_t>(s.dv), 0.5f, 1.5f);
+    qkv = random_floats(rng, n * static_cast<size_t>(cd), -2.0f, 2.0f);
+    z = random_floats(rng, n * static_cast<size_t>(vd));
+    b = random_floats(rng, n * nv, -2.0f, 2.0f);
+    a = random_floats(rng, n * nv, -3.0f, 3.0f);
+  }
+
+  std::vector<float> run(int threads, DeltaRulePrefill prefill, int prompt, int calls,
+                         int decode) const {
+    CpuOps ops(CpuOpsParams{.threads = threads,
+                            .max_batch = kBatch,
+                            .hidden = kHidden,
+                            .expert_ffn = kFfn,
+                            .experts = kExperts,
+                            .top_k = kTopK,
+                            .gdn_prefill = prefill});
+    const DeltaRuleWeights w{.conv = conv, .a_neg = a_neg, .dt_bias = dt_bias, .norm = norm};
+    const size_t conv_floats = static_cast<size_t>(cd * (s.conv_kernel - 1));
+    const size_t state_floats = conv_floats + static_cast<size_t>(s.v_heads * s.dk * s.dv);
+    float* state = ops.alloc(state_floats);
+    std::fill(state, state + state_floats, 0.0f);
+    const DeltaRuleState st{.conv = state, .recurrent = state + conv_floats};
+    std::vector<float> in(qkv);  // delta_rule convolves in place
+    std::vector<float> core(qkv.size() / static_cast<size_t>(cd) * static_cast<size_t>(vd));
+    int t = 0;
+    auto call = [&](int n) {
+      const auto t0 = static_cast<size_t>(t);
+      ops.delta_rule(s, w, st, &in[t0 * static_cast<size_t>(cd)], &z[t0 * static_cast<size_t>(vd)],
+                     &b[t0 * static_cast<size_t>(s.v_heads)],
+                     &a[t0 * static_cast<size_t>(s.v_heads)], n,
+                     &core[t0 * static_cast<size_t>(vd)]);
+      t += n;
+    };
+    while (t < prompt) call(std::min(calls, prompt - t));
+    for (int i = 0; i < decode; ++i) call(1);
+    core.resize(static_cast<size_t>(t * vd));
+    core.insert(core.end(), state, state + state_floats);
+    return core;
+  }
+};
+
+// With the chunked prefill, each value head's n tokens go through one chunked call split over the
+// threads by head: outputs and state are bit-identical at every thread count.
+TEST(CpuOpsThreads, ChunkedDeltaRuleIsBitIdenticalAtEveryThreadCount) {
+  const int n = 2 * kDeltaRuleChunk + 7;  // two whole chunks and a partial one
+  const DeltaRuleRun r(n);
+  const std::vector<float> first = r.run(1, DeltaRulePrefill::kChunked, n, n, 0);
+  for (const int threads : {2, 3, 4, 7}) {
+    const std::vector<float> got = r.run(threads, DeltaRulePrefill::kChunked, n, n, 0);
+    ASSERT_EQ(got.size(), first.size());
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(first[i]))
+          << threads << " threads, value " << i;
+  }
+}
+
+// The chunked prefill's outputs (after the gated RMSNorm) and the state it leaves are within a
+// tolerance of the token-by-token op; the conv state is the same bits (both run the conv token by
+// token); decoding after it continues from its state. The recurrent prefill equals token-by-token
+// decoding bit for bit, and the chunked one differs from it (so the option is in effect).
+TEST(CpuOps, ChunkedDeltaRulePrefillMatchesTheRecurrence) {
+  const int prompt = 2 * kDeltaRuleChunk + 9, decode = 4;
+  const DeltaRuleRun r(prompt + decode);
+  const std::vector<float> tokenwise = r.run(1, DeltaRulePrefill::kRecurrent, prompt, 1, decode);
+  EXPECT_EQ(r.run(2, DeltaRulePrefill::kRecurrent, prompt, prompt, decode), tokenwise);
+  // Whole prompt in one call, and in calls of 40 (chunks restart at each call's first token).
+  for (const int calls : {prompt, 40}) {
+    SCOPED_TRACE(::testing::Message() << "prefill calls of " << calls << " tokens");
+    const std::vector<float> got = r.run(2, DeltaRulePrefill::kChunked, prompt, calls, decode);
+    ASSERT_EQ(got.size(), tokenwise.size());
+    EXPECT_NE(got, tokenwise);
+    // The kernels' bound (tests/kernels/test_delta_rule_chunked.cpp: 1e-5 relative to 1 +
+    // |value| on the delta rule), and the gated RMSNorm divides by the output's RMS, which can
+    // scale a small error up: 1e-4. Measured ~1e-6.
+    const size_t outputs = static_cast<size_t>((prompt + decode) * r.vd);
+    const size_t conv_end = outputs + static_cast<size_t>(r.cd * (r.s.conv_kernel - 1));
+    double worst = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      if (i >= outputs && i < conv_end) {
+        ASSERT_EQ(got[i], tokenwise[i]) << "conv state " << i - outputs;
+        continue;
+      }
+      const double e = std::fabs(static_cast<double>(got[i]) - tokenwise[i]) /
+                       (1.0 + std::fabs(static_cast<double>(tokenwise[i])));
+      worst = std::max(worst, e);
+      ASSERT_LE(e, 1e-4) << (i < outputs ? "output " : "recurrent state ")
+                         << (i < outputs ? i : i - conv_end);
+    }
+    std::printf("[ chunked ] CpuOps chunked vs token by token: max rel %.2g\n", worst);
   }
 }
 

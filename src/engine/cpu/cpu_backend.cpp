@@ -14,7 +14,8 @@ std::unique_ptr<Ops> cpu_ops(const model::ModelConfig& c, const CpuBackendParams
                                                .hidden = c.hidden,
                                                .expert_ffn = c.expert_ffn,
                                                .experts = c.experts,
-                                               .top_k = c.top_k});
+                                               .top_k = c.top_k,
+                                               .gdn_prefill = p.gdn_prefill});
 }
 
 }  // namespace

@@ -14,6 +14,8 @@ struct CpuBackendParams {
   int threads = 1;    // kernel threads (1..1024)
   int context = 1;    // KV cache positions
   int max_batch = 1;  // tokens per block call
+  // Gated DeltaNet batched prefill (EngineParams::gdn_prefill).
+  DeltaRulePrefill gdn_prefill = DeltaRulePrefill::kRecurrent;
 };
 
 class CpuBackend final : public OpsBackend {

@@ -260,6 +260,10 @@ void CpuOps::moe_grouped(const float* x, int n, std::span<const ExpertCall> call
 void CpuOps::delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
                         float* qkv, const float* z, const float* b, const float* a, int n,
                         float* core) {
+  if (params_.gdn_prefill == DeltaRulePrefill::kChunked && n > 1) {
+    delta_rule_chunked(spec, w, state, qkv, z, b, a, n, core);
+    return;
+  }
   // Token by token (a batched prefill computes exactly what decoding does).
   const auto conv_dim = static_cast<size_t>(2 * spec.k_heads * spec.dk + spec.v_heads * spec.dv);
   const auto vd = static_cast<size_t>(spec.v_heads * spec.dv);
@@ -267,6 +271,76 @@ void CpuOps::delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, De
   for (size_t t = 0; t < static_cast<size_t>(n); ++t) {
     delta_rule_token(spec, w, state, qkv + t * conv_dim, z + t * vd, b + t * nv, a + t * nv,
                      core + t * vd);
+  }
+}
+
+// The batched prefill in the chunked form: the conv and the q / k norms token by token (the
+// conv state is a recurrence too, and cheap), then every value head's n steps in one
+// kernels::delta_rule_chunked call over chunks of kDeltaRuleChunk tokens from the start of this
+// call; heads split over the threads as in delta_rule_token, so the result does not depend on -t.
+void CpuOps::delta_rule_chunked(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
+                                DeltaRuleState state, float* qkv, const float* z, const float* b,
+                                const float* a, int n, float* core) {
+  const auto nk = static_cast<size_t>(spec.k_heads);
+  const auto nv = static_cast<size_t>(spec.v_heads);
+  const auto dk = static_cast<size_t>(spec.dk);
+  const auto dv = static_cast<size_t>(spec.dv);
+  const auto tokens = static_cast<size_t>(n);
+  const size_t kd = nk * dk;
+  const size_t r = nv / nk;
+  const size_t conv_dim = 2 * kd + nv * dv;
+  const size_t vd = nv * dv;
+  for (size_t t = 0; t < tokens; ++t) delta_rule_inputs(spec, w, state, qkv + t * conv_dim);
+  // g and beta of every token and head, [token][head] (grown on the first such call only).
+  if (gates_.size() < 2 * tokens * nv) gates_.resize(2 * tokens * nv);
+  float* g = gates_.data();
+  float* beta = g + tokens * nv;
+  for (size_t t = 0; t < tokens; ++t) {
+    for (size_t h = 0; h < nv; ++h) {
+      beta[t * nv + h] = sigmoid(b[t * nv + h]);
+      g[t * nv + h] = w.a_neg[h] * kernels::softplus(a[t * nv + h] + w.dt_bias[h]);
+    }
+  }
+  const kernels::DeltaRuleChunkParams p{.n = tokens,
+                                        .dk = dk,
+                                        .dv = dv,
+                                        .chunk = static_cast<size_t>(kDeltaRuleChunk),
+                                        .qk_stride = conv_dim,
+                                        .v_stride = conv_dim,
+                                        .out_stride = vd,
+                                        .gate_stride = nv};
+  pool_.parallel_for(nv, [&](size_t begin, size_t end) {
+    for (size_t h = begin; h < end; ++h) {
+      const size_t kh = spec.v_heads_tiled ? h % nk : h / r;
+      kernels::delta_rule_chunked(state.recurrent + h * dk * dv, qkv + kh * dk, qkv + kd + kh * dk,
+                                  qkv + 2 * kd + h * dv, g + h, beta + h, core + h * dv, p);
+      for (size_t t = 0; t < tokens; ++t) {
+        float* o = core + t * vd + h * dv;
+        kernels::rmsnorm_gated(o, w.norm.data(), z + t * vd + h * dv, o, dv, spec.eps);
+      }
+    }
+  });
+}
+
+// Conv + SiLU of one token's q, k, v channels (state.conv advanced), then q and k L2-normalised
+// per key head (eps 1e-6) and q /= sqrt(dk), in place.
+void CpuOps::delta_rule_inputs(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
+                               DeltaRuleState state, float* mixed) {
+  const auto nk = static_cast<size_t>(spec.k_heads);
+  const auto nv = static_cast<size_t>(spec.v_heads);
+  const auto dk = static_cast<size_t>(spec.dk);
+  const auto dv = static_cast<size_t>(spec.dv);
+  const size_t kd = nk * dk;
+  const size_t conv_dim = 2 * kd + nv * dv;
+  const auto sqrt_dk = static_cast<float>(std::sqrt(static_cast<double>(dk)));  // query / dk**0.5
+  kernels::conv1d_silu_step(state.conv, mixed, w.conv.data(), conv_dim,
+                            static_cast<size_t>(spec.conv_kernel), mixed);
+  float* q = mixed;
+  float* k = mixed + kd;
+  for (size_t h = 0; h < nk; ++h) {
+    kernels::l2norm(q + h * dk, dk, 1e-6f);
+    kernels::l2norm(k + h * dk, dk, 1e-6f);
+    for (size_t i = 0; i < dk; ++i) q[h * dk + i] = q[h * dk + i] / sqrt_dk;
   }
 }
 
@@ -282,18 +356,10 @@ void CpuOps::delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights&
   const auto dv = static_cast<size_t>(spec.dv);
   const size_t kd = nk * dk;
   const size_t r = nv / nk;
-  const size_t conv_dim = 2 * kd + nv * dv;
-  const auto sqrt_dk = static_cast<float>(std::sqrt(static_cast<double>(dk)));  // query / dk**0.5
-  kernels::conv1d_silu_step(state.conv, mixed, w.conv.data(), conv_dim,
-                            static_cast<size_t>(spec.conv_kernel), mixed);
-  float* q = mixed;
-  float* k = mixed + kd;
+  delta_rule_inputs(spec, w, state, mixed);
+  const float* q = mixed;
+  const float* k = mixed + kd;
   const float* v = mixed + 2 * kd;
-  for (size_t h = 0; h < nk; ++h) {
-    kernels::l2norm(q + h * dk, dk, 1e-6f);
-    kernels::l2norm(k + h * dk, dk, 1e-6f);
-    for (size_t i = 0; i < dk; ++i) q[h * dk + i] = q[h * dk + i] / sqrt_dk;
-  }
   // Value heads are independent (own state, own output; q and k only read): split over the
   // threads, each head computed whole by one of them, so the result does not depend on -t.
   pool_.parallel_for(nv, [&](size_t begin, size_t end) {

@@ -21,6 +21,8 @@ struct CpuOpsParams {
   int expert_ffn = 0;
   int experts = 0;  // expert ids are < experts
   int top_k = 0;    // calls per token
+  // Gated DeltaNet batched prefill: token by token, or chunked (backend.hpp, DeltaRulePrefill).
+  DeltaRulePrefill gdn_prefill = DeltaRulePrefill::kRecurrent;
 };
 
 class CpuOps final : public Ops {
@@ -70,12 +72,18 @@ class CpuOps final : public Ops {
   void moe_grouped(const float* x, int n, std::span<const ExpertCall> calls, float* out);
   void delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
                         float* mixed, const float* z, const float* b, const float* a, float* core);
+  void delta_rule_chunked(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
+                          DeltaRuleState state, float* qkv, const float* z, const float* b,
+                          const float* a, int n, float* core);
+  static void delta_rule_inputs(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
+                                DeltaRuleState state, float* mixed);
 
   CpuOpsParams params_;
   kernels::ThreadPool pool_;
   KvCache kv_;
   std::unique_ptr<Scratch> s_;
   std::vector<std::unique_ptr<float[]>> owned_;  // alloc()
+  std::vector<float> gates_;  // chunked delta rule: g and beta [token][value head], grow-only
 };
 
 }  // namespace steermoe::engine
