@@ -290,7 +290,7 @@ void CpuOps::delta_rule_chunked(const DeltaRuleSpec& spec, const DeltaRuleWeight
   const size_t r = nv / nk;
   const size_t conv_dim = 2 * kd + nv * dv;
   const size_t vd = nv * dv;
-  for (size_t t = 0; t < tokens; ++t) delta_rule_inputs(spec, w, state, qkv + t * conv_dim);
+  delta_rule_inputs(spec, w, state, qkv, tokens);
   // g and beta of every token and head, [token][head] (grown on the first such call only).
   if (gates_.size() < 2 * tokens * nv) gates_.resize(2 * tokens * nv);
   float* g = gates_.data();
@@ -322,26 +322,41 @@ void CpuOps::delta_rule_chunked(const DeltaRuleSpec& spec, const DeltaRuleWeight
   });
 }
 
-// Conv + SiLU of one token's q, k, v channels (state.conv advanced), then q and k L2-normalised
-// per key head (eps 1e-6) and q /= sqrt(dk), in place.
+// Conv + SiLU of n tokens' q, k, v channels (rows of conv_dim; state.conv advanced), then q and
+// k L2-normalised per key head (eps 1e-6) and q /= sqrt(dk), in place. Both parts are split over
+// the threads: the conv by blocks of channels (each channel's state is its own recurrence, run
+// over the n tokens by one thread; the kernel works channel by channel, so any split gives the
+// same bits), the norms by (token, head) vector.
 void CpuOps::delta_rule_inputs(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
-                               DeltaRuleState state, float* mixed) {
+                               DeltaRuleState state, float* mixed, size_t n) {
   const auto nk = static_cast<size_t>(spec.k_heads);
   const auto nv = static_cast<size_t>(spec.v_heads);
   const auto dk = static_cast<size_t>(spec.dk);
   const auto dv = static_cast<size_t>(spec.dv);
   const size_t kd = nk * dk;
   const size_t conv_dim = 2 * kd + nv * dv;
+  const auto width = static_cast<size_t>(spec.conv_kernel);
+  constexpr size_t kChannelBlock = 256;
+  pool_.parallel_for((conv_dim + kChannelBlock - 1) / kChannelBlock, [&](size_t b0, size_t b1) {
+    const size_t c0 = b0 * kChannelBlock;
+    const size_t c1 = std::min(conv_dim, b1 * kChannelBlock);
+    for (size_t t = 0; t < n; ++t) {
+      float* x = mixed + t * conv_dim + c0;
+      kernels::conv1d_silu_step(state.conv + c0 * (width - 1), x, w.conv.data() + c0 * width,
+                                c1 - c0, width, x);
+    }
+  });
   const auto sqrt_dk = static_cast<float>(std::sqrt(static_cast<double>(dk)));  // query / dk**0.5
-  kernels::conv1d_silu_step(state.conv, mixed, w.conv.data(), conv_dim,
-                            static_cast<size_t>(spec.conv_kernel), mixed);
-  float* q = mixed;
-  float* k = mixed + kd;
-  for (size_t h = 0; h < nk; ++h) {
-    kernels::l2norm(q + h * dk, dk, 1e-6f);
-    kernels::l2norm(k + h * dk, dk, 1e-6f);
-    for (size_t i = 0; i < dk; ++i) q[h * dk + i] = q[h * dk + i] / sqrt_dk;
-  }
+  // Vectors 0 .. nk-1 of a token are its q heads, nk .. 2nk-1 its k heads (contiguous).
+  pool_.parallel_for(n * 2 * nk, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const size_t head = i % (2 * nk);
+      float* x = mixed + (i / (2 * nk)) * conv_dim + head * dk;
+      kernels::l2norm(x, dk, 1e-6f);
+      if (head < nk)
+        for (size_t j = 0; j < dk; ++j) x[j] = x[j] / sqrt_dk;
+    }
+  });
 }
 
 // One token (transformers' torch_recurrent_gated_delta_rule order, fp32): conv + SiLU, q and k
@@ -356,7 +371,7 @@ void CpuOps::delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights&
   const auto dv = static_cast<size_t>(spec.dv);
   const size_t kd = nk * dk;
   const size_t r = nv / nk;
-  delta_rule_inputs(spec, w, state, mixed);
+  delta_rule_inputs(spec, w, state, mixed, 1);
   const float* q = mixed;
   const float* k = mixed + kd;
   const float* v = mixed + 2 * kd;

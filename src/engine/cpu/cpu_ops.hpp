@@ -75,8 +75,9 @@ class CpuOps final : public Ops {
   void delta_rule_chunked(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
                           DeltaRuleState state, float* qkv, const float* z, const float* b,
                           const float* a, int n, float* core);
-  static void delta_rule_inputs(const DeltaRuleSpec& spec, const DeltaRuleWeights& w,
-                                DeltaRuleState state, float* mixed);
+  // Conv + SiLU and the q / k norms of n tokens (rows of the conv dim), over the threads.
+  void delta_rule_inputs(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
+                         float* mixed, size_t n);
 
   CpuOpsParams params_;
   kernels::ThreadPool pool_;
