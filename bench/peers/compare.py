@@ -42,7 +42,9 @@ def log(*a):
 
 def run(cmd, env=None):
     log("+", " ".join(cmd))
-    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    # errors="replace": llama-quantize prints tensor names byte-truncated (not always UTF-8).
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       errors="replace", env=env)
     if p.returncode != 0:
         raise RuntimeError(f"{cmd[0]} failed ({p.returncode}): {p.stderr[-2000:]}")
     return p.stdout

@@ -80,14 +80,6 @@ SM_TARGET_BF16 void convert_rows_bf16(const float* x, size_t x_stride, size_t n,
   }
 }
 
-// Elements before the end of the full blocks where a decode tile starts prefetching the head of
-// the next tile's rows (kNextHead elements of each), for rows of at least kPrefetchMinCols.
-// bench_kernels VsRead, side by side: 1024 x 2048 (4 KiB rows, one page each) went from ~0.89 to
-// ~0.94 of the read bandwidth; 2048 x 1024 (2 KiB rows) lost 2-4%, so short rows go without.
-// 128 and 512 elements were no better than 256.
-constexpr size_t kNextHead = 256;
-constexpr size_t kPrefetchMinCols = 2048;
-
 template <int R, int N, bool kPrefetchNext = false>
 SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t* xb, size_t padded,
                                      size_t i0, const Output& out, const MatvecParams& p) {
@@ -100,33 +92,25 @@ SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t*
   for (int k = 0; k < R; ++k) {
     for (int j = 0; j < N; ++j) acc[k][j] = _mm512_setzero_ps();
   }
-  // No per-line software prefetch: one VDPBF16PS per cache line leaves the hardware prefetcher
-  // ahead within a stream, and measured streaming dropped ~10% with per-line prefetches (unlike
-  // the conversion-heavy matmul_tile, which gained ~20% from them). Decode tiles (kPrefetchNext)
-  // prefetch the first kNextHead elements of the next tile's rows during their last kNextHead
-  // elements: every 4 KiB page (an OLMoE gate/up row) is a new stream to the hardware
-  // prefetcher, which would otherwise start each one with demand misses.
-  const size_t pf_start = kPrefetchNext && full > kNextHead ? full - kNextHead : full;
-  size_t c = 0;
-  for (; c < pf_start; c += kBf16Block) {
+  // Decode tiles (kPrefetchNext) prefetch the next tile's rows (R rows further on) at the same
+  // column: one line per row per step (32 bf16 = 64 bytes), a tile ahead of use. Every row is a
+  // new stream to the hardware prefetcher, which alone left decode well under the read bandwidth.
+  // bench_kernels VsRead, side by side on an Intel Xeon (family 6 model 207), 1 thread: 1024 x
+  // 2048 0.87 -> 0.92-0.99 of the read bandwidth; 2048 x 1024 (2 KiB rows, before: one row at a
+  // time without prefetch) 0.66 -> 0.91-0.97. The earlier scheme (only the next tile's first
+  // 256 elements, during the last 256) and rows one at a time had been measured on an AMD EPYC.
+  const size_t next = kPrefetchNext ? static_cast<size_t>(R) * w.stride() : 0;
+  for (size_t c = 0; c < full; c += kBf16Block) {
     __m512bh wv[R];
-    for (int k = 0; k < R; ++k) wv[k] = (__m512bh)_mm512_loadu_si512(rows[k] + c);
+    for (int k = 0; k < R; ++k) {
+      if constexpr (kPrefetchNext) {
+        _mm_prefetch(reinterpret_cast<const char*>(rows[k] + next + c), _MM_HINT_T0);
+      }
+      wv[k] = (__m512bh)_mm512_loadu_si512(rows[k] + c);
+    }
     for (int j = 0; j < N; ++j) {
       const auto xv = (__m512bh)_mm512_loadu_si512(xb + (i0 + j) * padded + c);
       for (int k = 0; k < R; ++k) acc[k][j] = _mm512_dpbf16_ps(acc[k][j], wv[k], xv);
-    }
-  }
-  if constexpr (kPrefetchNext) {
-    static_assert(N == 1, "decode tiles only");
-    const size_t next = static_cast<size_t>(R) * w.stride();
-    for (; c < full; c += kBf16Block) {
-      for (int k = 0; k < R; ++k) {
-        _mm_prefetch(reinterpret_cast<const char*>(rows[k] + next + (c - pf_start)), _MM_HINT_T0);
-      }
-      __m512bh wv[R];
-      for (int k = 0; k < R; ++k) wv[k] = (__m512bh)_mm512_loadu_si512(rows[k] + c);
-      const auto xv = (__m512bh)_mm512_loadu_si512(xb + i0 * padded + c);
-      for (int k = 0; k < R; ++k) acc[k][0] = _mm512_dpbf16_ps(acc[k][0], wv[k], xv);
     }
   }
   if (full < cols) {
@@ -151,20 +135,10 @@ SM_TARGET_BF16 void bf16_matmul_impl(const Matrix& w, const uint16_t* xb, size_t
   constexpr int N = Simd::kTileTokens;
   if (n == 1) {
     // Decode: one pass over the rows without super-blocks (measured ~3% closer to the read
-    // bandwidth). 8-row tiles for 2 KiB rows were tried and measured no better than 4.
+    // bandwidth). Prefetching tiles need a next tile inside this matrix (it may be another
+    // thread's: harmless). 8-row tiles were measured no better than 4 (AMD EPYC).
     size_t r = row_begin;
-    if (w.stride() < kPrefetchMinCols) {
-      // Rows shorter than a 4 KiB page: one row at a time, so each page is read as one ascending
-      // stream (4-row tiles put 2 rows of one page in flight at once, which the hardware
-      // prefetcher follows badly). bench_kernels VsRead, 2048 x 1024, side by side on the loaded
-      // machine: 0.50-0.56 of the read bandwidth with 4-row tiles, 0.91-0.95 one row at a time;
-      // 4 KiB rows measured no better that way. A row's sum is the same in either tiling.
-      for (; r < row_end; ++r) bf16_tile<1, 1>(w, r, xb, padded, 0, out, p);
-      return;
-    }
-    // Prefetching tiles need a next tile inside this matrix (it may be another thread's: harmless).
-    const bool prefetch = w.cols >= kPrefetchMinCols;
-    for (; prefetch && r + R <= row_end && r + 2 * R <= w.rows; r += R) {
+    for (; r + R <= row_end && r + 2 * R <= w.rows; r += R) {
       bf16_tile<R, 1, true>(w, r, xb, padded, 0, out, p);
     }
     for (; r + R <= row_end; r += R) bf16_tile<R, 1>(w, r, xb, padded, 0, out, p);

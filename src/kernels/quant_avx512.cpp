@@ -19,6 +19,9 @@ struct IntDot {
   }
 };
 
+// Prefetch distance of the single-row ymm kernels (Q4_0/Q4_1/Q5_0/Q5_1, Q5_K), as on AVX2
+// (quant_avx2.cpp); measured here with bench_quant VsRead (bench/kernels/README.md).
+#define SM_QPREFETCH_AHEAD 3072
 #include "kernels/quant_simd.inc"
 // After quant_simd.inc: the tiles use its helpers (q_load, q_f16, q_hsum).
 #include "kernels/quant_avx512_tiles.inc"  // NOLINT(build/include_order)
