@@ -27,6 +27,7 @@
 #include "common/json_input.hpp"
 #include "engine/engine.hpp"
 #include "engine/sampler.hpp"
+#include "kernels/kernels.hpp"
 #include "model/weights_layout.hpp"
 
 namespace {
@@ -186,6 +187,7 @@ std::string run_capture(const std::string& cmd) {
 
 int main() {
   try {
+    steermoe::kernels::select_isa_from_env();
     nlohmann::json report;
     const fs::path path = prepare_model(report);
     auto model = steermoe::model::Model::load(path);

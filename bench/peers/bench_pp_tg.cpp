@@ -124,6 +124,7 @@ double run_once(steermoe::engine::Engine& engine, const Args& a, uint32_t& seed,
 int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
+    steermoe::kernels::select_isa_from_env();  // compare.py --kernels
     nlohmann::json out;
     out["isa"] = std::string(steermoe::kernels::isa_name(steermoe::kernels::active_isa()));
     out["threads"] = a.threads;

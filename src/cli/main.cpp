@@ -15,27 +15,6 @@
 #include "common/output_file.hpp"
 #include "kernels/kernels.hpp"
 
-namespace {
-
-// STEERMOE_KERNELS=scalar|avx2|avx512|avx512bf16 picks the kernel level (default: the best the
-// CPU has). avx512bf16 rounds activations to bf16 for BF16 weights; avx512 keeps them f32 (what
-// an f32 reference such as HF transformers in float32 computes).
-void select_kernels() {
-  const char* env = std::getenv("STEERMOE_KERNELS");
-  if (env == nullptr || *env == '\0') return;
-  using steermoe::kernels::Isa;
-  for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
-    if (steermoe::kernels::isa_name(isa) == std::string_view(env)) {
-      steermoe::kernels::set_active_isa(isa);
-      return;
-    }
-  }
-  steermoe::fail("STEERMOE_KERNELS", "value",
-                 "expected scalar, avx2, avx512 or avx512bf16, found {}", env);
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   CLI::App app{
       "steermoe: inference and expert-cache routing policies for offloaded Mixture-of-Experts "
@@ -46,7 +25,10 @@ int main(int argc, char** argv) {
   steermoe::cli::add_all_commands(app);
   steermoe::install_interrupt_handler();
   try {
-    select_kernels();
+    // STEERMOE_KERNELS picks the kernel level (default: the best the CPU has); avx512bf16 rounds
+    // activations to bf16 for BF16 weights, avx512 keeps them f32 (what an f32 reference such as
+    // HF transformers in float32 computes).
+    steermoe::kernels::select_isa_from_env();
     app.parse(argc, argv);
     // Text on stdout (tokenize, perplexity, replay, ...) is output too: a write that failed
     // (a full disk, a closed pipe) is an error, not a success.

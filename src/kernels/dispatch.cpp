@@ -280,6 +280,18 @@ Isa active_isa() {
   return active_kernels().isa;
 }
 
+void select_isa_from_env() {
+  const char* env = std::getenv("STEERMOE_KERNELS");
+  if (env == nullptr || *env == '\0') return;
+  for (const Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Bf16}) {
+    if (isa_name(isa) == std::string_view(env)) {
+      set_active_isa(isa);
+      return;
+    }
+  }
+  fail("STEERMOE_KERNELS", "value", "expected scalar, avx2, avx512 or avx512bf16, found {}", env);
+}
+
 namespace detail {
 
 void rope_angles(size_t pos, size_t rot_dim, const RopeParams& p, float* cos_out, float* sin_out) {

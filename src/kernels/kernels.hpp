@@ -71,6 +71,10 @@ Isa best_isa();               // highest available level (cached)
 // the CPU lacks `isa`. Set it before starting work, not concurrently with kernel calls.
 void set_active_isa(Isa isa);
 Isa active_isa();
+// STEERMOE_KERNELS=scalar|avx2|avx512|avx512bf16, when set and not empty, made the active level
+// (every program calls this once at start: the CLI and the benchmarks alike). Throws Error
+// naming the variable for any other value, or if the CPU lacks the level.
+void select_isa_from_env();
 
 // ---- Views ----------------------------------------------------------------------------------
 

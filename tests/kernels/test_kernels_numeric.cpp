@@ -2,9 +2,11 @@
 // inputs, with tolerances derived from the inputs; and the scalar reference against direct
 // formulas.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 
+#include "common/error.hpp"
 #include "kernel_test_util.hpp"
 
 namespace steermoe::kernels::testing {
@@ -54,6 +56,28 @@ TEST(Dispatch, BestIsaIsAvailableAndTablesMatchTheirIsa) {
     }
   }
   EXPECT_EQ(active_kernels().isa, active_isa());
+}
+
+TEST(Dispatch, KernelsEnvironmentVariableSelectsTheLevelOrNamesItself) {
+  const Isa before = active_isa();
+  ::setenv("STEERMOE_KERNELS", "scalar", 1);
+  select_isa_from_env();
+  EXPECT_EQ(active_isa(), Isa::kScalar);
+  ::setenv("STEERMOE_KERNELS", "avx3", 1);
+  try {
+    select_isa_from_env();
+    ADD_FAILURE() << "an unknown level was accepted";
+  } catch (const steermoe::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("STEERMOE_KERNELS: value: expected scalar"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(active_isa(), Isa::kScalar);  // unchanged by the bad value
+  ::setenv("STEERMOE_KERNELS", "", 1);
+  set_active_isa(before);
+  select_isa_from_env();  // empty: no change
+  EXPECT_EQ(active_isa(), before);
+  ::unsetenv("STEERMOE_KERNELS");
 }
 
 TEST(ScalarReference, MatvecMatchesDoublePrecision) {
