@@ -416,6 +416,54 @@ void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs) {
       kRowGrain);
 }
 
+void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t n) {
+  SM_ASSERT(n_jobs <= kMaxBatchJobs);
+  if (n <= 1) return matvec_batch(pool, jobs, n_jobs);
+  const KernelTable& k = active_kernels();
+  MatvecParams params[kMaxBatchJobs];
+  size_t total_rows = 0;
+  // Block-type inputs quantized once per distinct (x, cols), as matmul() does for one product;
+  // one grow-only buffer per distinct input, so nothing allocates after warm-up.
+  thread_local QuantizedInputs quantized[kMaxBatchJobs];
+  size_t distinct = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const Matrix& w = jobs[j].w;
+    check_matrix(w);
+    total_rows += w.rows;
+    params[j] = jobs[j].params;
+    if (pool.size() == 1 || !detail::is_quant(w.dtype) || w.dtype == DType::kF8E4M3) continue;
+    for (size_t i = 0; i < j; ++i) {
+      const Matrix& wi = jobs[i].w;
+      if (params[i].quantized_inputs != nullptr && jobs[i].x == jobs[j].x && wi.cols == w.cols) {
+        params[j].quantized_inputs = params[i].quantized_inputs;
+        break;
+      }
+    }
+    if (params[j].quantized_inputs == nullptr) {
+      params[j].quantized_inputs =
+          quantized[distinct++].fill(pool, k, jobs[j].x, w.cols, n, w.cols);
+    }
+  }
+  // [begin, end) indexes the rows of all jobs laid end to end.
+  pool.parallel_for(
+      total_rows,
+      [&](size_t begin, size_t end) {
+        size_t job_start = 0;
+        for (size_t j = 0; j < n_jobs && job_start < end; ++j) {
+          const MatvecJob& job = jobs[j];
+          const size_t job_end = job_start + job.w.rows;
+          const size_t lo = std::max(begin, job_start);
+          const size_t hi = std::min(end, job_end);
+          if (lo < hi) {
+            k.matmul_rows(job.w, job.x, job.w.cols, n, job.y, job.w.rows, lo - job_start,
+                          hi - job_start, params[j]);
+          }
+          job_start = job_end;
+        }
+      },
+      kRowGrain);
+}
+
 void rmsnorm(const float* x, const float* weight, float* out, size_t n, RmsNormParams p) {
   active_kernels().rmsnorm(x, weight, out, n, p);
 }

@@ -300,6 +300,39 @@ TEST_P(QuantType, ThreadsMatmulAndBatchAreBitIdentical) {
   EXPECT_TRUE(std::equal(b1.begin(), b1.end(), ym.begin() + static_cast<long>(rows)));
 }
 
+// matmul_batch == separate matmuls, bit for bit, on 1-3 threads: two products of one input (the
+// shared quantization: an expert's gate and up), one of another input with a scale and
+// accumulation, and a BF16 product beside the block types; n = 11 runs every tile size.
+TEST_P(QuantType, MatmulBatchEqualsSeparateMatmuls) {
+  const size_t cols = 256, n = 11;
+  const QuantMatrix a = make_matrix(GetParam(), 150, cols, 41);
+  const QuantMatrix b = make_matrix(GetParam(), 37, cols, 42);
+  const QuantMatrix c = make_matrix(GetParam(), 64, cols, 43);
+  const std::vector<float> x = gaussian(cols * n, 44), x2 = gaussian(cols * n, 45);
+  std::vector<uint16_t> bf(20 * cols);
+  for (size_t i = 0; i < bf.size(); ++i) bf[i] = f32_to_bf16(x2[i % x2.size()]);
+  const Matrix d{.data = bf.data(), .dtype = DType::kBF16, .rows = 20, .cols = cols};
+  const MatvecParams acc{.scale = 3.0f, .accumulate = true};
+  for (size_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    std::vector<float> ya(150 * n), yb(37 * n), yc(64 * n, 2.0f), yd(20 * n);
+    std::vector<float> ea(150 * n), eb(37 * n), ec(64 * n, 2.0f), ed(20 * n);
+    const MatvecJob jobs[] = {{a.m, x.data(), ya.data(), {}},
+                              {d, x2.data(), yd.data(), {}},
+                              {b.m, x.data(), yb.data(), {}},
+                              {c.m, x2.data(), yc.data(), acc}};
+    matmul_batch(pool, jobs, 4, n);
+    matmul(pool, a.m, x.data(), n, ea.data());
+    matmul(pool, d, x2.data(), n, ed.data());
+    matmul(pool, b.m, x.data(), n, eb.data());
+    matmul(pool, c.m, x2.data(), n, ec.data(), acc);
+    EXPECT_EQ(0, std::memcmp(ya.data(), ea.data(), ya.size() * 4)) << threads << " threads";
+    EXPECT_EQ(0, std::memcmp(yb.data(), eb.data(), yb.size() * 4)) << threads << " threads";
+    EXPECT_EQ(0, std::memcmp(yc.data(), ec.data(), yc.size() * 4)) << threads << " threads";
+    EXPECT_EQ(0, std::memcmp(yd.data(), ed.data(), yd.size() * 4)) << threads << " threads";
+  }
+}
+
 // Enough rows for more chunks than threads (63 grains: 8, 12 and 15 chunks on 2, 3 and 4 threads),
 // claimed dynamically: the products are bit-identical for 1-4 threads, each chunk quantizing x for
 // itself. n = 11 runs the 8-input tiles, the smaller ones and single inputs.

@@ -43,7 +43,7 @@ float sigmoid(float x) {
   return 1.0f / (1.0f + std::exp(-x));
 }
 
-constexpr size_t kMaxProducts = 8;  // products of one matmul() call
+constexpr size_t kMaxProducts = kernels::kMaxBatchJobs;  // products of one matmul() call
 
 }  // namespace
 
@@ -90,12 +90,13 @@ void CpuOps::download(float* host, const float* src, size_t count) {
 }
 
 void CpuOps::matmul(std::span<const Product> products, int n) {
-  if (n == 1 && products.size() > 1) {
-    // One synchronisation for every product (each row computed as by matvec).
-    SM_ASSERT(products.size() <= s_->jobs.size());
+  if (products.size() > 1) {
+    // One synchronisation for every product (each row computed as by matvec / matmul; products
+    // of one input quantize it once).
+    SM_ASSERT(products.size() <= kMaxProducts && products.size() <= s_->jobs.size());
     for (size_t i = 0; i < products.size(); ++i)
       s_->jobs[i] = {.w = *products[i].w, .x = products[i].x, .y = products[i].y};
-    kernels::matvec_batch(pool_, s_->jobs.data(), products.size());
+    kernels::matmul_batch(pool_, s_->jobs.data(), products.size(), static_cast<size_t>(n));
     return;
   }
   for (const Product& p : products) product(pool_, *p.w, p.x, n, p.y);
@@ -246,8 +247,10 @@ void CpuOps::moe_grouped(const float* x, int n, std::span<const ExpertCall> call
       std::memcpy(&s.gathered[c * H], x + t * H, H * sizeof(float));
     }
     const model::SwigluWeights& w = *s.exp_ptr[e];
-    product(pool_, w.gate, s.gathered.data(), count, s.gate.data());
-    product(pool_, w.up, s.gathered.data(), count, s.up.data());
+    // Gate and up under one synchronisation, their input quantized once (block types).
+    s.jobs[0] = {.w = w.gate, .x = s.gathered.data(), .y = s.gate.data()};
+    s.jobs[1] = {.w = w.up, .x = s.gathered.data(), .y = s.up.data()};
+    kernels::matmul_batch(pool_, s.jobs.data(), 2, static_cast<size_t>(count));
     kernels::swiglu(s.gate.data(), s.up.data(), s.gate.data(), static_cast<size_t>(count) * F);
     product(pool_, w.down, s.gate.data(), count, s.ffn_out.data());
     for (size_t c = 0; c < static_cast<size_t>(count); ++c) {
