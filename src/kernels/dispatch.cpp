@@ -389,31 +389,36 @@ void matmul(ThreadPool& pool, const Matrix& w, const float* x, size_t n, float* 
       kRowGrain);
 }
 
-void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs) {
+namespace {
+// rows_of(j, lo, hi) for every job's rows [lo, hi), the rows of all jobs laid end to end and
+// split over the threads as one range (one synchronisation for all jobs).
+template <typename RowsOf>
+void parallel_job_rows(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, RowsOf&& rows_of) {
   size_t total_rows = 0;
-  for (size_t j = 0; j < n_jobs; ++j) {
-    check_matrix(jobs[j].w);
-    total_rows += jobs[j].w.rows;
-  }
-  const KernelTable& k = active_kernels();
-  // [begin, end) indexes the rows of all jobs laid end to end.
+  for (size_t j = 0; j < n_jobs; ++j) total_rows += jobs[j].w.rows;
   pool.parallel_for(
       total_rows,
       [&](size_t begin, size_t end) {
         size_t job_start = 0;
         for (size_t j = 0; j < n_jobs && job_start < end; ++j) {
-          const MatvecJob& job = jobs[j];
-          const size_t job_end = job_start + job.w.rows;
+          const size_t job_end = job_start + jobs[j].w.rows;
           const size_t lo = std::max(begin, job_start);
           const size_t hi = std::min(end, job_end);
-          if (lo < hi) {
-            k.matvec_rows(job.w, job.x, job.y + (lo - job_start), lo - job_start, hi - job_start,
-                          job.params);
-          }
+          if (lo < hi) rows_of(j, lo - job_start, hi - job_start);
           job_start = job_end;
         }
       },
       kRowGrain);
+}
+}  // namespace
+
+void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs) {
+  for (size_t j = 0; j < n_jobs; ++j) check_matrix(jobs[j].w);
+  const KernelTable& k = active_kernels();
+  parallel_job_rows(pool, jobs, n_jobs, [&](size_t j, size_t lo, size_t hi) {
+    const MatvecJob& job = jobs[j];
+    k.matvec_rows(job.w, job.x, job.y + lo, lo, hi, job.params);
+  });
 }
 
 void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t n) {
@@ -421,7 +426,6 @@ void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t
   if (n <= 1) return matvec_batch(pool, jobs, n_jobs);
   const KernelTable& k = active_kernels();
   MatvecParams params[kMaxBatchJobs];
-  size_t total_rows = 0;
   // Block-type inputs quantized once per distinct (x, cols), as matmul() does for one product;
   // one grow-only buffer per distinct input, so nothing allocates after warm-up.
   thread_local QuantizedInputs quantized[kMaxBatchJobs];
@@ -429,12 +433,11 @@ void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t
   for (size_t j = 0; j < n_jobs; ++j) {
     const Matrix& w = jobs[j].w;
     check_matrix(w);
-    total_rows += w.rows;
     params[j] = jobs[j].params;
     if (pool.size() == 1 || !detail::is_quant(w.dtype) || w.dtype == DType::kF8E4M3) continue;
     for (size_t i = 0; i < j; ++i) {
-      const Matrix& wi = jobs[i].w;
-      if (params[i].quantized_inputs != nullptr && jobs[i].x == jobs[j].x && wi.cols == w.cols) {
+      if (params[i].quantized_inputs != nullptr && jobs[i].x == jobs[j].x &&
+          jobs[i].w.cols == w.cols) {
         params[j].quantized_inputs = params[i].quantized_inputs;
         break;
       }
@@ -444,24 +447,10 @@ void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t
           quantized[distinct++].fill(pool, k, jobs[j].x, w.cols, n, w.cols);
     }
   }
-  // [begin, end) indexes the rows of all jobs laid end to end.
-  pool.parallel_for(
-      total_rows,
-      [&](size_t begin, size_t end) {
-        size_t job_start = 0;
-        for (size_t j = 0; j < n_jobs && job_start < end; ++j) {
-          const MatvecJob& job = jobs[j];
-          const size_t job_end = job_start + job.w.rows;
-          const size_t lo = std::max(begin, job_start);
-          const size_t hi = std::min(end, job_end);
-          if (lo < hi) {
-            k.matmul_rows(job.w, job.x, job.w.cols, n, job.y, job.w.rows, lo - job_start,
-                          hi - job_start, params[j]);
-          }
-          job_start = job_end;
-        }
-      },
-      kRowGrain);
+  parallel_job_rows(pool, jobs, n_jobs, [&](size_t j, size_t lo, size_t hi) {
+    const MatvecJob& job = jobs[j];
+    k.matmul_rows(job.w, job.x, job.w.cols, n, job.y, job.w.rows, lo, hi, params[j]);
+  });
 }
 
 void rmsnorm(const float* x, const float* weight, float* out, size_t n, RmsNormParams p) {
