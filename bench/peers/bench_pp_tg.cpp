@@ -1,7 +1,7 @@
 // The steermoe side of the side-by-side benchmark (bench/peers/compare.py): the same tests as
 // llama.cpp's llama-bench, on the same GGUF, so that the two are timed alike.
 //
-//   bench_pp_tg -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r REPS]
+//   bench_pp_tg -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r REPS] [-b MAX_BATCH]
 //   bench_pp_tg --bandwidth [-t THREADS]
 //
 // -p N (N > 0, -n 0): prefill ("pp"): N tokens from an empty context in one prefill() (batches of
@@ -38,6 +38,7 @@ struct Args {
   int gen = 0;
   int reps = 3;
   bool bandwidth = false;
+  int batch = 0;  // 0: the engine's default max_batch
 };
 
 Args parse(int argc, char** argv) {
@@ -58,6 +59,8 @@ Args parse(int argc, char** argv) {
       a.gen = std::atoi(next());
     } else if (k == "-r") {
       a.reps = std::atoi(next());
+    } else if (k == "-b") {
+      a.batch = std::atoi(next());
     } else if (k == "--bandwidth") {
       a.bandwidth = true;
     } else {
@@ -135,7 +138,10 @@ int main(int argc, char** argv) {
     }
     auto model = steermoe::model::Model::load(a.model);
     const int vocab = model->config().vocab;
-    steermoe::engine::Engine engine(*model, {.threads = a.threads, .context = 512});
+    steermoe::engine::EngineParams params{.threads = a.threads, .context = 512};
+    if (a.batch > 0) params.max_batch = a.batch;
+    out["max_batch"] = params.max_batch;
+    steermoe::engine::Engine engine(*model, params);
     uint32_t seed = 12345;
     run_once(engine, a, seed, vocab);  // warm-up (maps the pages, grows scratch)
     std::vector<double> tok_s;
