@@ -343,6 +343,12 @@ void matvec(ThreadPool& pool, const Matrix& w, const float* x, float* y, MatvecP
 }
 
 namespace {
+// Whether a product over several inputs quantizes them once for all its row chunks (block types,
+// more than one thread) rather than each chunk quantizing them itself (the same bits either way).
+bool inputs_quantized_once(const ThreadPool& pool, const Matrix& w) {
+  return pool.size() > 1 && detail::is_quant(w.dtype) && w.dtype != DType::kF8E4M3;
+}
+
 // Block-type inputs of one matmul() call, quantized once: grow-only, one per calling thread (a
 // matmul is not called from inside a parallel_for), so nothing allocates after warm-up.
 struct QuantizedInputs {
@@ -377,7 +383,7 @@ void matmul(ThreadPool& pool, const Matrix& w, const float* x, size_t n, float* 
   if (y_stride == 0) y_stride = w.rows;
   const KernelTable& k = active_kernels();
   // Several row chunks read the same inputs: quantize them once here, not once per chunk.
-  if (n > 1 && pool.size() > 1 && detail::is_quant(w.dtype) && w.dtype != DType::kF8E4M3) {
+  if (n > 1 && inputs_quantized_once(pool, w)) {
     thread_local QuantizedInputs quantized;
     p.quantized_inputs = quantized.fill(pool, k, x, x_stride, n, w.cols);
   }
@@ -434,7 +440,7 @@ void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t
     const Matrix& w = jobs[j].w;
     check_matrix(w);
     params[j] = jobs[j].params;
-    if (pool.size() == 1 || !detail::is_quant(w.dtype) || w.dtype == DType::kF8E4M3) continue;
+    if (!inputs_quantized_once(pool, w)) continue;
     for (size_t i = 0; i < j; ++i) {
       if (params[i].quantized_inputs != nullptr && jobs[i].x == jobs[j].x &&
           jobs[i].w.cols == w.cols) {

@@ -99,6 +99,7 @@ SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t*
   // 2048 0.87 -> 0.92-0.99 of the read bandwidth; 2048 x 1024 (2 KiB rows, before: one row at a
   // time without prefetch) 0.66 -> 0.91-0.97. The earlier scheme (only the next tile's first
   // 256 elements, during the last 256) and rows one at a time had been measured on an AMD EPYC.
+  static_assert(!kPrefetchNext || N == 1, "decode tiles only");
   const size_t next = kPrefetchNext ? static_cast<size_t>(R) * w.stride() : 0;
   for (size_t c = 0; c < full; c += kBf16Block) {
     __m512bh wv[R];
