@@ -186,7 +186,7 @@ void BM_QuantComputeL2(benchmark::State& state) {
 void compute_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "n", "isa"});
   for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ4_K}) {
-    for (int n : {1, 8, 64}) {
+    for (int n : {1, 7, 8, 64}) {
       for (Isa isa : {Isa::kAvx2, best_isa()}) {
         b->Args({static_cast<int>(t), n, static_cast<int>(isa)});
       }

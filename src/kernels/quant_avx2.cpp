@@ -32,17 +32,21 @@ struct IntDot {
 const QuantOps& avx2_quant_ops() {
   static const QuantOps ops = [] {
     QuantOps o = simd_quant_ops();
-    auto set = [&o]<QuantTileFn F8, QuantTileFn F4, QuantTileFn F2, QuantTileFn F1>(DType t) {
+    // Tiles[k - 1] takes k inputs; Tiles[0] is also the single-input kernel.
+    auto set = [&o]<QuantTileFn... Tiles>(DType t) {
+      static_assert(sizeof...(Tiles) == kMaxTileInputs);
+      constexpr QuantTileFn kTiles[] = {Tiles...};
       const size_t i = static_cast<size_t>(t) - static_cast<size_t>(DType::kQ8_0);
-      o.dot[i] = y_single<F1>;
-      o.rows[i] = y_rows<F1>;
-      o.tile[i][0] = F8;
-      o.tile[i][1] = F4;
-      o.tile[i][2] = F2;
+      o.dot[i] = y_single<kTiles[0]>;
+      o.rows[i] = y_rows<kTiles[0]>;
+      for (size_t k = 0; k < kMaxTileInputs; ++k) o.tile[i][k] = kTiles[k];
     };
-    set.operator()<yt_q8_0<8>, yt_q8_0<4>, yt_q8_0<2>, yt_q8_0<1>>(DType::kQ8_0);
-    set.operator()<yt_q4_k<8>, yt_q4_k<4>, yt_q4_k<2>, yt_q4_k<1>>(DType::kQ4_K);
-    set.operator()<yt_q6_k<8>, yt_q6_k<4>, yt_q6_k<2>, yt_q6_k<1>>(DType::kQ6_K);
+    set.operator()<yt_q8_0<1>, yt_q8_0<2>, yt_q8_0<3>, yt_q8_0<4>, yt_q8_0<5>, yt_q8_0<6>,
+                   yt_q8_0<7>, yt_q8_0<8>>(DType::kQ8_0);
+    set.operator()<yt_q4_k<1>, yt_q4_k<2>, yt_q4_k<3>, yt_q4_k<4>, yt_q4_k<5>, yt_q4_k<6>,
+                   yt_q4_k<7>, yt_q4_k<8>>(DType::kQ4_K);
+    set.operator()<yt_q6_k<1>, yt_q6_k<2>, yt_q6_k<3>, yt_q6_k<4>, yt_q6_k<5>, yt_q6_k<6>,
+                   yt_q6_k<7>, yt_q6_k<8>>(DType::kQ6_K);
     return o;
   }();
   return ops;

@@ -46,8 +46,8 @@ using QuantTileFn = void (*)(const uint8_t* row, const ActQ8* a, size_t cols, fl
 using QuantRowsFn = void (*)(const uint8_t* data, size_t stride_bytes, size_t row_begin,
                              size_t row_end, const ActQ8& a, size_t cols, float* y,
                              const MatvecParams& p);
-// Input counts of the tiles (QuantOps::tile[type][k] takes kTileInputs[k] inputs).
-inline constexpr size_t kTileInputs[3] = {8, 4, 2};
+// Tiles take 1 to kMaxTileInputs inputs (QuantOps::tile[type][k - 1] takes k).
+inline constexpr size_t kMaxTileInputs = 8;
 // FP8 row: scales of this row's 128-row block (ceil(cols / 128) floats), f32 x.
 using Fp8DotFn = float (*)(const uint8_t* row, const float* scales, const float* x, size_t cols);
 
@@ -55,8 +55,10 @@ struct QuantOps {
   QuantizeActFn quantize_act;
   QuantDotFn dot[8];  // indexed by DType - kQ8_0 (kQ8_0 .. kQ6_K)
   Fp8DotFn dot_fp8;
-  // Optional multi-input kernels, [type][k] for kTileInputs[k] inputs; null: `dot` per input.
-  QuantTileFn tile[8][3] = {};
+  // Optional multi-input kernels, [type][k - 1] for k inputs; null: `dot` per input. Every size
+  // has its own kernel, so that an expert's 7 tokens take one pass over each weight row rather
+  // than three (tiles of 4, 2 and 1).
+  QuantTileFn tile[8][kMaxTileInputs] = {};
   QuantRowsFn rows[8] = {};  // optional, for single-input products
 };
 

@@ -264,24 +264,25 @@ void quant_matmul_rows(const QuantOps& ops, const Matrix& w, const float* x, siz
         stack[i] = ops.quantize_act(x + (i0 + i) * x_stride, w.cols, scratch + i * per);
       }
     }
-    // Each row against the inputs in tiles of 8, 4, 2 (when the type has tile kernels) and then
-    // singly: a tile unpacks the row once for all its inputs, and gives each the single-input
-    // kernel's bits. The row stays in L1 across its inputs.
+    // Each row against the inputs in tiles of 8 and one tile of the rest (the largest size the
+    // type has a kernel for, then singly): a tile unpacks the row once for all its inputs, and
+    // gives each the single-input kernel's bits. The row stays in L1 across its inputs.
+    const QuantTileFn* tiles = ops.tile[type];
     for (size_t r = row_begin; r < row_end; ++r) {
       const uint8_t* row = data + r * stride_bytes;
-      size_t i = 0;
-      float tile_out[8];
-      for (size_t k = 0; k < 3; ++k) {
-        const QuantTileFn tile = ops.tile[type][k];
-        for (; tile != nullptr && i + kTileInputs[k] <= ni; i += kTileInputs[k]) {
-          tile(row, in + i, w.cols, tile_out);
-          for (size_t j = 0; j < kTileInputs[k]; ++j) {
+      float tile_out[kMaxTileInputs];
+      for (size_t i = 0; i < ni;) {
+        size_t k = std::min(kMaxTileInputs, ni - i);
+        while (k > 1 && tiles[k - 1] == nullptr) --k;
+        if (tiles[k - 1] == nullptr) {  // k == 1: no tile kernel
+          finish(y + (i0 + i) * y_stride + (r - y_row0), dot(row, in[i], w.cols));
+        } else {
+          tiles[k - 1](row, in + i, w.cols, tile_out);
+          for (size_t j = 0; j < k; ++j) {
             finish(y + (i0 + i + j) * y_stride + (r - y_row0), tile_out[j]);
           }
         }
-      }
-      for (; i < ni; ++i) {
-        finish(y + (i0 + i) * y_stride + (r - y_row0), dot(row, in[i], w.cols));
+        i += k;
       }
     }
   }

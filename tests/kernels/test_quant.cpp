@@ -210,8 +210,8 @@ TEST_P(QuantType, SimdMatchesScalar) {
 }
 
 // Multi-input tiles (prefill): for every Isa, every input of a matmul over n = 1..13 inputs is
-// bit-identical to that Isa's single-input matvec (tiles of 8, 4, 2 and the single remainder give
-// each input the same operations), with padded rows at an odd address, an odd number of 32-blocks
+// bit-identical to that Isa's single-input matvec (a tile of 8 and one of the remaining 1..7, or
+// single inputs where the type has no tiles, give each input the same operations), with padded rows at an odd address, an odd number of 32-blocks
 // (Q8_0's paired steps end on a half step) and accumulate with a scale; and within the
 // tolerance of the scalar reference.
 TEST_P(QuantType, TiledMatmulEqualsMatvecPerIsa) {
