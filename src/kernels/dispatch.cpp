@@ -459,6 +459,105 @@ void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t
   });
 }
 
+namespace {
+// The block-type inputs of one matmul_grouped() call, quantized once: grow-only, one per calling
+// thread (it is not called from inside a parallel_for).
+struct GroupedInputs {
+  std::vector<detail::ActQ8> acts;  // every quantized input row, job by job
+  std::vector<size_t> first;        // [job] index of its first row in acts, or npos
+  std::vector<size_t> owner;        // [quantization] the job whose x it reads
+  std::vector<size_t> row_start;    // [quantization + 1] prefix sums of their n
+  std::vector<size_t> byte_start;   // [quantization] offset of its bytes
+  std::unique_ptr<uint8_t, decltype(&std::free)> bytes{nullptr, &std::free};
+  size_t capacity = 0;
+};
+
+constexpr size_t kNoInputs = static_cast<size_t>(-1);
+
+// Row r of a job of n inputs begins at unit r * n of the job's range; a range's rows are those
+// that begin inside it, rounded to kRowGrain so that threads write separate cache lines. Monotone
+// in `unit`, 0 at the job's first unit and `rows` at its last, so consecutive chunks get
+// consecutive, disjoint row ranges.
+size_t grouped_row_at(size_t unit, size_t n, size_t rows) {
+  const size_t r = (unit + n - 1) / n;
+  return std::min(rows, (r + kRowGrain - 1) / kRowGrain * kRowGrain);
+}
+}  // namespace
+
+void matmul_grouped(ThreadPool& pool, const MatmulJob* jobs, size_t n_jobs) {
+  const KernelTable& k = active_kernels();
+  thread_local GroupedInputs callers;
+  GroupedInputs& q = callers;  // the lambdas below run on the workers: this caller's, not theirs
+  if (q.first.size() < n_jobs) {
+    q.first.resize(n_jobs);
+    q.owner.resize(n_jobs);
+    q.row_start.resize(n_jobs + 1);
+    q.byte_start.resize(n_jobs);
+  }
+  // Which jobs need their inputs quantized, and where (a job that repeats the previous job's
+  // inputs shares them).
+  size_t quantizations = 0, rows_total = 0, bytes_total = 0;
+  for (size_t j = 0; j < n_jobs; ++j) {
+    const MatmulJob& job = jobs[j];
+    check_matrix(job.w);
+    q.first[j] = kNoInputs;
+    if (job.n == 0 || !detail::is_quant(job.w.dtype) || job.w.dtype == DType::kF8E4M3) continue;
+    if (j > 0 && q.first[j - 1] != kNoInputs && jobs[j - 1].x == job.x && jobs[j - 1].n == job.n &&
+        jobs[j - 1].w.cols == job.w.cols) {
+      q.first[j] = q.first[j - 1];
+      continue;
+    }
+    q.first[j] = rows_total;
+    q.owner[quantizations] = j;
+    q.byte_start[quantizations] = bytes_total;
+    q.row_start[quantizations++] = rows_total;
+    rows_total += job.n;
+    bytes_total += job.n * detail::act_bytes(job.w.cols);  // multiples of 64
+  }
+  q.row_start[quantizations] = rows_total;
+  if (bytes_total > q.capacity) {
+    q.bytes.reset(static_cast<uint8_t*>(std::aligned_alloc(64, bytes_total)));
+    if (q.bytes == nullptr) throw std::bad_alloc();
+    q.capacity = bytes_total;
+  }
+  if (q.acts.size() < rows_total) q.acts.resize(rows_total);
+  if (rows_total > 0) {
+    // Every input row of every quantization over the threads.
+    pool.parallel_for(rows_total, [&](size_t begin, size_t end) {
+      size_t i = static_cast<size_t>(
+          std::upper_bound(q.row_start.begin(), q.row_start.begin() + quantizations, begin) -
+          q.row_start.begin() - 1);
+      for (size_t row = begin; row < end; ++row) {
+        while (row >= q.row_start[i + 1]) ++i;
+        const MatmulJob& job = jobs[q.owner[i]];
+        const size_t local = row - q.row_start[i];
+        q.acts[row] = k.quantize_input(
+            job.x + local * job.w.cols, job.w.cols,
+            q.bytes.get() + q.byte_start[i] + local * detail::act_bytes(job.w.cols));
+      }
+    });
+  }
+  size_t units = 0;
+  for (size_t j = 0; j < n_jobs; ++j) units += jobs[j].w.rows * jobs[j].n;
+  pool.parallel_for(units, [&](size_t begin, size_t end) {
+    size_t start = 0;
+    for (size_t j = 0; j < n_jobs && start < end; ++j) {
+      const MatmulJob& job = jobs[j];
+      const size_t len = job.w.rows * job.n;
+      if (len > 0 && start + len > begin) {
+        const size_t lo = grouped_row_at(begin - std::min(begin, start), job.n, job.w.rows);
+        const size_t hi = grouped_row_at(std::min(end, start + len) - start, job.n, job.w.rows);
+        if (lo < hi) {
+          MatvecParams p = job.params;
+          if (q.first[j] != kNoInputs) p.quantized_inputs = q.acts.data() + q.first[j];
+          k.matmul_rows(job.w, job.x, job.w.cols, job.n, job.y, job.w.rows, lo, hi, p);
+        }
+      }
+      start += len;
+    }
+  });
+}
+
 void rmsnorm(const float* x, const float* weight, float* out, size_t n, RmsNormParams p) {
   active_kernels().rmsnorm(x, weight, out, n, p);
 }

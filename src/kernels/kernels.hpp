@@ -166,6 +166,23 @@ void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs);
 constexpr size_t kMaxBatchJobs = 8;
 void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t n);
 
+// Products with their own number of inputs each (prefill's experts, each over the tokens routed
+// to it), any number of them, under two synchronisations: one that quantizes every distinct
+// block-type input once (jobs that follow each other with the same x, n and cols share it, as an
+// expert's gate and up do), one that runs the rows of all jobs laid end to end, a row of job j
+// weighing n_j (its cost grows with its inputs), split over the threads as one range. X rows
+// w.cols floats apart, Y rows w.rows apart; n = 0 is a job with nothing to do. Results are
+// bit-identical to calling matmul() on each job. Grow-only scratch: nothing allocates after the
+// first call of the largest sizes.
+struct MatmulJob {
+  Matrix w;
+  const float* x = nullptr;
+  float* y = nullptr;
+  size_t n = 0;
+  MatvecParams params;
+};
+void matmul_grouped(ThreadPool& pool, const MatmulJob* jobs, size_t n_jobs);
+
 // ---- Normalisation, activation, positional encoding -----------------------------------------
 
 struct RmsNormParams {

@@ -211,9 +211,9 @@ TEST_P(QuantType, SimdMatchesScalar) {
 
 // Multi-input tiles (prefill): for every Isa, every input of a matmul over n = 1..13 inputs is
 // bit-identical to that Isa's single-input matvec (a tile of 8 and one of the remaining 1..7, or
-// single inputs where the type has no tiles, give each input the same operations), with padded rows at an odd address, an odd number of 32-blocks
-// (Q8_0's paired steps end on a half step) and accumulate with a scale; and within the
-// tolerance of the scalar reference.
+// single inputs where the type has no tiles, give each input the same operations), with padded rows
+// at an odd address, an odd number of 32-blocks (Q8_0's paired steps end on a half step) and
+// accumulate with a scale; and within the tolerance of the scalar reference.
 TEST_P(QuantType, TiledMatmulEqualsMatvecPerIsa) {
   const size_t be = quant::info(GetParam()).block_elements;
   const size_t cols = be == 32 ? 15 * 32 : 3 * 256;
@@ -330,6 +330,62 @@ TEST_P(QuantType, MatmulBatchEqualsSeparateMatmuls) {
     EXPECT_EQ(0, std::memcmp(yb.data(), eb.data(), yb.size() * 4)) << threads << " threads";
     EXPECT_EQ(0, std::memcmp(yc.data(), ec.data(), yc.size() * 4)) << threads << " threads";
     EXPECT_EQ(0, std::memcmp(yd.data(), ed.data(), yd.size() * 4)) << threads << " threads";
+  }
+}
+
+// matmul_grouped == separate matmuls, bit for bit, on 1-3 threads: "experts" with their own
+// token counts (0, 1, 3, 7, 8, 11, 64: no job, the single-input kernel, each tile size, the
+// input stack's limit), each a gate and an up reading the same inputs (one shared quantization)
+// and a down of another width, rows not a multiple of the row grain, a BF16 job and a scaled,
+// accumulating one that reads other inputs of the same shape right after an up (so not its
+// quantization); twice per pool, the second call smaller (grow-only scratch).
+TEST_P(QuantType, MatmulGroupedEqualsSeparateMatmuls) {
+  const size_t cols = 256, ffn = 512;
+  const QuantMatrix gate = make_matrix(GetParam(), ffn, cols, 51);
+  const QuantMatrix up = make_matrix(GetParam(), ffn, cols, 52);
+  const QuantMatrix down = make_matrix(GetParam(), 150, ffn, 53);
+  const QuantMatrix odd = make_matrix(GetParam(), 37, cols, 54);
+  std::vector<uint16_t> bf(20 * cols);
+  const std::vector<float> bf_values = gaussian(bf.size(), 55);
+  for (size_t i = 0; i < bf.size(); ++i) bf[i] = f32_to_bf16(bf_values[i]);
+  const Matrix bf16{.data = bf.data(), .dtype = DType::kBF16, .rows = 20, .cols = cols};
+  const MatvecParams acc{.scale = 3.0f, .accumulate = true};
+  for (size_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (const std::vector<size_t>& counts :
+         {std::vector<size_t>{3, 0, 11, 1, 64, 7, 8}, std::vector<size_t>{2, 5}}) {
+      std::vector<MatmulJob> jobs;
+      std::vector<std::vector<float>> xs, ys, expect;
+      xs.reserve(3 * counts.size());
+      ys.reserve(3 * counts.size() + 2);
+      for (size_t e = 0; e < counts.size(); ++e) {
+        const size_t n = counts[e];
+        xs.push_back(gaussian(std::max<size_t>(n, 1) * cols, 60 + static_cast<uint32_t>(e)));
+        xs.push_back(gaussian(std::max<size_t>(n, 1) * ffn, 80 + static_cast<uint32_t>(e)));
+        xs.push_back(gaussian(std::max<size_t>(n, 1) * cols, 100 + static_cast<uint32_t>(e)));
+        const float* x = xs[xs.size() - 3].data();
+        const float* h = xs[xs.size() - 2].data();
+        const float* other = xs.back().data();  // same n and cols as x, other values
+        auto add = [&](const Matrix& m, const float* in, MatvecParams p, float init) {
+          ys.emplace_back(m.rows * n, init);
+          jobs.push_back({.w = m, .x = in, .y = ys.back().data(), .n = n, .params = p});
+        };
+        add(gate.m, x, {}, 0.0f);
+        add(up.m, x, {}, 0.0f);
+        if (e == 2) add(odd.m, other, acc, 2.0f);  // right after a job of the same n and cols
+        add(down.m, h, {}, 0.0f);
+        if (e == 2) add(bf16, x, {}, 0.0f);
+      }
+      for (const MatmulJob& job : jobs) {
+        expect.emplace_back(job.y, job.y + job.w.rows * job.n);  // initial values
+        if (job.n > 0) matmul(pool, job.w, job.x, job.n, expect.back().data(), job.params);
+      }
+      matmul_grouped(pool, jobs.data(), jobs.size());
+      for (size_t j = 0; j < jobs.size(); ++j) {
+        EXPECT_EQ(0, std::memcmp(ys[j].data(), expect[j].data(), ys[j].size() * 4))
+            << threads << " threads, job " << j << " of " << jobs.size() << ", n " << jobs[j].n;
+      }
+    }
   }
 }
 
