@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
@@ -41,6 +42,35 @@ struct Args {
   int batch = 0;  // 0: the engine's default max_batch
 };
 
+constexpr const char* kUsage = R"(usage:
+  bench_pp_tg -m MODEL [-t THREADS] [-p PROMPT_TOKENS | -n GEN_TOKENS] [-r REPS] [-b MAX_BATCH]
+  bench_pp_tg --bandwidth [-t THREADS]
+
+The steermoe side of bench/peers/compare.py: llama-bench's tests on the same GGUF file, every
+expert resident. Prints one JSON object.
+
+  -m MODEL        GGUF or safetensors model
+  -t THREADS      kernel threads (default 1)
+  -p N            prefill test: N tokens from an empty context (N <= 512), tok/s = N / time
+  -n N            decode test: N tokens one at a time from an empty context
+  -r REPS         timed runs after one untimed warm-up (default 3)
+  -b MAX_BATCH    the engine's prefill batch (default: the engine's own, reported as max_batch)
+  --bandwidth     best of 3 read passes over 1 GiB with THREADS threads (bytes/s)
+  -h, --help      this text
+STEERMOE_KERNELS=scalar|avx2|avx512|avx512bf16 forces a kernel path.
+)";
+
+// A whole non-negative decimal int, or an error naming the option.
+int parse_count(const std::string& option, const char* text) {
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || errno != 0 || v < 0 || v > 1'000'000'000) {
+    throw std::runtime_error(option + ": expected a whole number >= 0, found '" + text + "'");
+  }
+  return static_cast<int>(v);
+}
+
 Args parse(int argc, char** argv) {
   Args a;
   for (int i = 1; i < argc; ++i) {
@@ -49,22 +79,25 @@ Args parse(int argc, char** argv) {
       if (i + 1 >= argc) throw std::runtime_error("missing value after " + k);
       return argv[++i];
     };
-    if (k == "-m") {
+    if (k == "-h" || k == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (k == "-m") {
       a.model = next();
     } else if (k == "-t") {
-      a.threads = std::atoi(next());
+      a.threads = parse_count(k, next());
     } else if (k == "-p") {
-      a.prompt = std::atoi(next());
+      a.prompt = parse_count(k, next());
     } else if (k == "-n") {
-      a.gen = std::atoi(next());
+      a.gen = parse_count(k, next());
     } else if (k == "-r") {
-      a.reps = std::atoi(next());
+      a.reps = parse_count(k, next());
     } else if (k == "-b") {
-      a.batch = std::atoi(next());
+      a.batch = parse_count(k, next());
     } else if (k == "--bandwidth") {
       a.bandwidth = true;
     } else {
-      throw std::runtime_error("unknown argument " + k);
+      throw std::runtime_error("unknown argument " + k + " (--help lists the options)");
     }
   }
   if (!a.bandwidth && (a.model.empty() || (a.prompt > 0) == (a.gen > 0))) {

@@ -71,8 +71,9 @@ const QuantOps& vnni_quant_ops() {
       o.rows[i] = z_rows<kTiles[0]>;
       for (size_t k = 0; k < kMaxTileInputs; ++k) o.tile[i][k] = kTiles[k];
     };
-    set.operator()<zt_q8_0<1>, zt_q8_0<2>, zt_q8_0<3>, zt_q8_0<4>, zt_q8_0<5>, zt_q8_0<6>,
-                   zt_q8_0<7>, zt_q8_0<8>>(DType::kQ8_0);
+    set.operator()<zt_q8_0<1>, zt_q8_0_multi<2>, zt_q8_0_multi<3>, zt_q8_0_multi<4>,
+                   zt_q8_0_multi<5>, zt_q8_0_multi<6>, zt_q8_0_multi<7>, zt_q8_0_multi<8>>(
+        DType::kQ8_0);
     set.operator()<zt_q4_k<1>, zt_q4_k<2>, zt_q4_k<3>, zt_q4_k<4>, zt_q4_k<5>, zt_q4_k<6>,
                    zt_q4_k<7>, zt_q4_k<8>>(DType::kQ4_K);
     set.operator()<zt_q6_k<1>, zt_q6_k<2>, zt_q6_k<3>, zt_q6_k<4>, zt_q6_k<5>, zt_q6_k<6>,
