@@ -12,9 +12,9 @@
 // --bandwidth prints the best of 3 read passes over 1 GiB (bytes/s) with THREADS threads.
 // Output: one JSON object on stdout.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <nlohmann/json.hpp>
