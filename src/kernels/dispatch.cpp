@@ -464,7 +464,7 @@ namespace {
 // thread (it is not called from inside a parallel_for).
 struct GroupedInputs {
   std::vector<detail::ActQ8> acts;  // every quantized input row, job by job
-  std::vector<size_t> first;        // [job] index of its first row in acts, or npos
+  std::vector<size_t> first;        // [job] index of its first row in acts, or kNoInputs
   std::vector<size_t> owner;        // [quantization] the job whose x it reads
   std::vector<size_t> row_start;    // [quantization + 1] prefix sums of their n
   std::vector<size_t> byte_start;   // [quantization] offset of its bytes
