@@ -430,33 +430,12 @@ void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs) {
 void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t n) {
   SM_ASSERT(n_jobs <= kMaxBatchJobs);
   if (n <= 1) return matvec_batch(pool, jobs, n_jobs);
-  const KernelTable& k = active_kernels();
-  MatvecParams params[kMaxBatchJobs];
-  // Block-type inputs quantized once per distinct (x, cols), as matmul() does for one product;
-  // one grow-only buffer per distinct input, so nothing allocates after warm-up.
-  thread_local QuantizedInputs quantized[kMaxBatchJobs];
-  size_t distinct = 0;
+  // matmul_grouped with the same n for every job (it owns the shared quantization and the split).
+  MatmulJob grouped[kMaxBatchJobs];
   for (size_t j = 0; j < n_jobs; ++j) {
-    const Matrix& w = jobs[j].w;
-    check_matrix(w);
-    params[j] = jobs[j].params;
-    if (!inputs_quantized_once(pool, w)) continue;
-    for (size_t i = 0; i < j; ++i) {
-      if (params[i].quantized_inputs != nullptr && jobs[i].x == jobs[j].x &&
-          jobs[i].w.cols == w.cols) {
-        params[j].quantized_inputs = params[i].quantized_inputs;
-        break;
-      }
-    }
-    if (params[j].quantized_inputs == nullptr) {
-      params[j].quantized_inputs =
-          quantized[distinct++].fill(pool, k, jobs[j].x, w.cols, n, w.cols);
-    }
+    grouped[j] = {.w = jobs[j].w, .x = jobs[j].x, .y = jobs[j].y, .n = n, .params = jobs[j].params};
   }
-  parallel_job_rows(pool, jobs, n_jobs, [&](size_t j, size_t lo, size_t hi) {
-    const MatvecJob& job = jobs[j];
-    k.matmul_rows(job.w, job.x, job.w.cols, n, job.y, job.w.rows, lo, hi, params[j]);
-  });
+  matmul_grouped(pool, grouped, n_jobs);
 }
 
 namespace {

@@ -160,9 +160,9 @@ void matvec_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs);
 
 // The same for n > 1 inputs per job (prefill: an expert's gate and up over its tokens, the q / k
 // / v projections of a batch): one parallel_for over the rows of every job, X rows w.cols floats
-// apart and Y rows w.rows apart, as matmul() with strides 0. Block-type jobs that read the same
-// x with the same number of columns share one quantization of it. Results are bit-identical to
-// calling matmul() on each job. At most kMaxBatchJobs jobs.
+// apart and Y rows w.rows apart, as matmul() with strides 0: matmul_grouped below with the
+// same n for every job (consecutive block-type jobs of the same x share one quantization). Results
+// are bit-identical to calling matmul() on each job. At most kMaxBatchJobs jobs.
 constexpr size_t kMaxBatchJobs = 8;
 void matmul_batch(ThreadPool& pool, const MatvecJob* jobs, size_t n_jobs, size_t n);
 
