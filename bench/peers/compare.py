@@ -13,7 +13,9 @@ Both take one untimed warm-up run and --reps timed runs from an empty context; a
 is the median of its reps. Reported per (type, threads, test): each engine's tok/s (median and
 range over rounds), the ratio steermoe / llama.cpp per round (median and range: the interval),
 and for decode the fraction of the memory floor (tok/s x bytes one token reads / read
-bandwidth measured at start with the same thread count). One type's file is read into the page
+bandwidth with the same thread count): against the bandwidth measured at start, and per round
+against the bandwidth measured just before that round (a virtual machine's drifts by 10-20%
+over minutes). One type's file is read into the page
 cache before its rounds, so the file sizes need not all fit in memory at once.
 
 Measure on a quiet machine: --max-load (default 1.5) waits before each type until the 1-minute
@@ -120,6 +122,11 @@ def llama_run(a, path, threads, test, n):
     return statistics.median(samples), out[0].get("build_commit", "?")
 
 
+def read_bandwidth(a, threads):
+    """Read bytes per second of this machine with `threads` threads (bench_pp_tg --bandwidth)."""
+    return json.loads(run([a.bench_pp_tg, "--bandwidth", "-t", str(threads)]))["read_bytes_per_s"]
+
+
 def summary(values):
     return {"median": statistics.median(values), "min": min(values), "max": max(values),
             "values": values}
@@ -130,10 +137,12 @@ def bench_type(a, t, path, bandwidth, results, meta):
     warm_file(path)
     for threads in a.threads:
         for test, n in (("tg", a.tg), ("pp", a.pp)):
-            ours, theirs = [], []
+            ours, theirs, round_bw = [], [], []
             bytes_per_token = 0
             for r in range(a.rounds):
                 order = ("steermoe", "llama") if r % 2 == 0 else ("llama", "steermoe")
+                if test == "tg":  # the floor of this round: a VM's bandwidth drifts over minutes
+                    round_bw.append(read_bandwidth(a, threads))
                 for who in order:
                     if who == "steermoe":
                         v, bytes_per_token, meta["steermoe_isa"] = steermoe_run(
@@ -150,6 +159,12 @@ def bench_type(a, t, path, bandwidth, results, meta):
                 bw = bandwidth[threads]
                 row["steermoe_fraction_of_floor"] = statistics.median(ours) * bytes_per_token / bw
                 row["llama_fraction_of_floor"] = statistics.median(theirs) * bytes_per_token / bw
+                # Each round against the bandwidth measured just before it.
+                row["read_bandwidth_gb_s_per_round"] = [b / 1e9 for b in round_bw]
+                row["steermoe_fraction_of_round_floor"] = summary(
+                    [o * bytes_per_token / b for o, b in zip(ours, round_bw)])
+                row["llama_fraction_of_round_floor"] = summary(
+                    [o * bytes_per_token / b for o, b in zip(theirs, round_bw)])
             results.append(row)
             log(json.dumps({k: row[k] for k in ("type", "threads", "test")}),
                 f"ratio {row['ratio']['median']:.3f}")
@@ -180,10 +195,7 @@ def main():
     a.bench_pp_tg = os.path.join(a.build, "bench", "peers", "bench_pp_tg")
     types = a.types.split(",")
     files = make_models(a, types)
-    bandwidth = {}
-    for threads in a.threads:
-        out = json.loads(run([a.bench_pp_tg, "--bandwidth", "-t", str(threads)]))
-        bandwidth[threads] = out["read_bytes_per_s"]
+    bandwidth = {threads: read_bandwidth(a, threads) for threads in a.threads}
     meta = {"load": []}
     results = []
     for t in types:
