@@ -52,10 +52,9 @@ void run_speculative(const model::Model& model, engine::Engine& target,
                      const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
   Drafter drafter = load_drafter(o.spec, o.threads, target.context());
-  engine::SpeculativeDecoder sd(target, *drafter.engine,
-                                {.draft_k = o.spec.draft_k,
-                                 .temperature = o.sampling.temperature,
-                                 .seed = o.sampling.seed});
+  engine::SpeculativeDecoder sd(
+      target, *drafter.engine,
+      {.draft_k = o.spec.draft_k, .temperature = o.sampling.temperature, .seed = o.sampling.seed});
   std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
   std::fflush(stdout);
   const std::optional<int32_t> eos = tok.eos();
@@ -222,8 +221,9 @@ void add_run_command(CLI::App& root) {
     const double decode_s = std::chrono::duration<double>(t2 - t1).count();
     // `generated` tokens were sampled; generated - 1 of them were fed back (the last is not).
     const int decoded = std::max(generated - 1, 0);
-    std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.2f tok/s)\n", prompt.size(),
-                 prompt_s * 1e3, static_cast<double>(prompt.size()) / prompt_s);
+    std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.2f tok/s, steps of %d)\n",
+                 prompt.size(), prompt_s * 1e3, static_cast<double>(prompt.size()) / prompt_s,
+                 engine.prefill_step_tokens());
     std::fprintf(stderr, "decode: %d tokens in %.1f ms (%.2f tok/s, %.2f ms/token), %d threads\n",
                  decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0,
                  decoded > 0 ? decode_s * 1e3 / decoded : 0.0, engine.threads());

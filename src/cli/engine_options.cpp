@@ -56,6 +56,11 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
                   "batch: rounds differently, docs/determinism.md; CPU backend)")
       ->check(CLI::IsMember({"recurrent", "chunked"}))
       ->capture_default_str();
+  cmd->add_option("--prefill-batch", o.prefill_batch,
+                  "Prompt tokens per batched prefill step when every expert is resident (each "
+                  "expert's weights are read once per step; scratch memory grows with it)")
+      ->check(CLI::Range(1, 4096))
+      ->capture_default_str();
   cmd->add_option("--mem-limit", o.mem_limit,
                   "Memory budget (e.g. 3G, 2.5GiB, 800MB): the process runs in a memory cgroup of "
                   "that size, page cache counted; the engine must fit (non-expert weights + "
@@ -150,6 +155,7 @@ engine::EngineParams engine_params(const EngineOptions& o, const schedule::Offlo
                                    int threads, int context) {
   return {.threads = threads,
           .context = context,
+          .max_batch = o.prefill_batch,
           .offload = offload,
           .backend = resolve_backend(o.backend),
           .gdn_prefill = o.gdn_prefill == "chunked" ? engine::DeltaRulePrefill::kChunked

@@ -26,11 +26,12 @@ struct EngineOptions {
   std::string backend = "auto";  // cpu | cuda | auto (cuda when built with it and a GPU is present)
   std::string mem_limit;         // --mem-limit BYTES: empty = no budget
   std::string gdn_prefill = "recurrent";  // recurrent | chunked (Gated DeltaNet batched prefill)
+  int prefill_batch = engine::EngineParams{}.max_batch;  // --prefill-batch: prompt tokens per step
 };
 
 // Adds --policy (unless `with_policy` is false: commands that take several), --cache,
-// --residency, --link, --max-inflight, --calib, --verify, --backend, --mem-limit and
-// --gdn-prefill to `cmd`.
+// --residency, --link, --max-inflight, --calib, --verify, --backend, --mem-limit, --gdn-prefill
+// and --prefill-batch to `cmd`.
 void add_engine_options(CLI::App* cmd, EngineOptions& options, bool with_policy = true);
 
 // The calibration file the options name: --calib, else the model's default (MODEL_DIR/calib.smcal

@@ -154,10 +154,7 @@ std::span<const float> Engine::prefill(std::span<const int32_t> tokens,
     fail("engine", "prefill", "logits buffer of {} floats, expected {}", all_logits.size(),
          tokens.size() * V);
   }
-  // Batches of max_batch tokens when every expert is addressable at once; with offloaded
-  // experts the prompt goes token by token (the decisions are the same either way, and each
-  // token's experts must be in the cache when its MoE runs).
-  const size_t B = cache_->batched_prefill() ? static_cast<size_t>(params_.max_batch) : 1;
+  const auto B = static_cast<size_t>(prefill_step_tokens());
   for (size_t begin = 0; begin < tokens.size(); begin += B) {
     const size_t n = std::min(B, tokens.size() - begin);
     forward(tokens.subspan(begin, n),

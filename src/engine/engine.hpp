@@ -27,9 +27,14 @@
 namespace steermoe::engine {
 
 struct EngineParams {
-  int threads = 1;     // kernel threads (the caller's thread counts)
-  int context = 0;     // KV cache positions; 0 = min(trained context, 4096)
-  int max_batch = 64;  // prompt tokens processed per batched step
+  int threads = 1;  // kernel threads (the caller's thread counts)
+  int context = 0;  // KV cache positions; 0 = min(trained context, 4096)
+  // Prompt tokens processed per batched step (every expert resident). 128 rather than 64: an
+  // expert's weights are read once per step for the tokens routed to it, so twice the tokens
+  // per read; bench_pp_tg pp128 on an AVX-512 Xeon, 3 alternating rounds, 1 / 2 threads: BF16
+  // +7-28% / +12-16%, Q8_0 0-21% / 0-10%, Q4_K_M within noise (bench/peers/results/
+  // ab-xeon-prefill-max-batch-64-vs-128-after-prefetch.json). Scratch grows linearly with it.
+  int max_batch = 128;
   // Routing policy, cache size, link, max_inflight, calibration: resolved and validated by
   // schedule::resolve_offload (the default: exact LRU routing, every expert resident).
   schedule::OffloadConfig offload;
@@ -80,6 +85,10 @@ class Engine : private schedule::LayerDriver {
   int position() const { return pos_; }
   int context() const { return context_; }
   int threads() const { return backend_->threads(); }
+  // Prompt tokens per prefill step: max_batch when every expert is addressable at once, else 1
+  // (with offloaded experts the prompt goes token by token: the decisions are the same either
+  // way, and each token's experts must be in the cache when its MoE runs).
+  int prefill_step_tokens() const { return cache_->batched_prefill() ? params_.max_batch : 1; }
   // The router facts of the model, for the policy library.
   const policy::RouterSpec& router_spec() const { return spec_; }
   const policy::PolicyConfig& policy() const { return cache_->config().policy; }
@@ -109,9 +118,7 @@ class Engine : private schedule::LayerDriver {
   bool verifies_in_blocks() const { return cache_->config().block.has_value(); }
   // A verification tried and undone (the counterfactual replay of `kl --draft`): the block
   // rules' state and the routing counts saved, then put back; with rollback() for the positions.
-  void save_blocks(schedule::OffloadStep::BlockCheckpoint& out) const {
-    cache_->save_blocks(out);
-  }
+  void save_blocks(schedule::OffloadStep::BlockCheckpoint& out) const { cache_->save_blocks(out); }
   void restore_blocks(const schedule::OffloadStep::BlockCheckpoint& in) {
     cache_->restore_blocks(in);
   }

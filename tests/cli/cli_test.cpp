@@ -60,6 +60,24 @@ TEST(CliRun, DefaultSamplingDoesNotLoopWhereGreedyDoes) {
   EXPECT_NE(greedy, demo("--temp 0 --repeat-penalty 1.3"));
 }
 
+// --prefill-batch sets the prompt's step (reported) without changing the text; out of range is
+// an error naming the option.
+TEST(CliRun, PrefillBatchSetsThePromptStep) {
+  const std::string base =
+      "run -m " + kSmall.string() + " -p 'def read_config(path):' -n 16 --temp 0 --link resident";
+  const auto deflt = run_cli(base);
+  ASSERT_EQ(deflt.status, 0) << deflt.output;
+  EXPECT_NE(deflt.output.find("steps of 128)"), std::string::npos) << deflt.output;
+  const auto three = run_cli(base + " --prefill-batch 3");
+  ASSERT_EQ(three.status, 0) << three.output;
+  EXPECT_NE(three.output.find("steps of 3)"), std::string::npos) << three.output;
+  const auto text = [](const std::string& out) { return out.substr(0, out.find("\nprompt: ")); };
+  EXPECT_EQ(text(three.output), text(deflt.output));
+  const auto zero = run_cli(base + " --prefill-batch 0");
+  EXPECT_NE(zero.status, 0);
+  EXPECT_NE(zero.output.find("--prefill-batch"), std::string::npos) << zero.output;
+}
+
 TEST(CliRun, HelpStatesTheSamplingDefaults) {
   const auto r = run_cli("run --help");
   ASSERT_EQ(r.status, 0);
@@ -76,13 +94,15 @@ TEST(CliRun, HelpStatesTheSamplingDefaults) {
 // so with the logical caches rolled back to the committed positions the text equals plain greedy
 // decoding's under the same PSR policy, whatever the drafts and k.
 TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
-  const std::string drafter = (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-drafter-small").string();
+  const std::string drafter =
+      (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-drafter-small").string();
   const std::string greedy = demo("--temp 0");
-  for (const char* spec : {"--draft-k 4 --spec-select rollback", "--draft-k 7 --spec-select rollback"}) {
-    const auto r = run_cli("run -m " + kSmall.string() + " -p 'def read_config(path):' -n 64 " +
-                           "--policy psr:lambda=0.3,n=1 --residency 0.5 --link resident --calib " +
-                           (kSmall / "calib.smcal").string() + " --temp 0 --draft " + drafter +
-                           " " + spec);
+  for (const char* spec :
+       {"--draft-k 4 --spec-select rollback", "--draft-k 7 --spec-select rollback"}) {
+    const auto r =
+        run_cli("run -m " + kSmall.string() + " -p 'def read_config(path):' -n 64 " +
+                "--policy psr:lambda=0.3,n=1 --residency 0.5 --link resident --calib " +
+                (kSmall / "calib.smcal").string() + " --temp 0 --draft " + drafter + " " + spec);
     ASSERT_EQ(r.status, 0) << r.output;
     EXPECT_EQ(r.output.substr(0, r.output.find("\nprompt: ")), greedy) << spec;
     EXPECT_NE(r.output.find("speculative: tau "), std::string::npos) << r.output;
@@ -94,7 +114,8 @@ TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
   ASSERT_EQ(block.status, 0) << block.output;
   EXPECT_NE(block.output.find(" block + 0.00 restore; stall"), std::string::npos) << block.output;
   // The sampling filters would change the distribution speculative sampling keeps: refused.
-  const auto refused = run_cli("run -m " + kSmall.string() + " -p x -n 4 --top-k 5 --draft " + drafter);
+  const auto refused =
+      run_cli("run -m " + kSmall.string() + " -p x -n 4 --top-k 5 --draft " + drafter);
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_NE(refused.output.find("--top-k"), std::string::npos) << refused.output;
 }
@@ -107,9 +128,10 @@ TEST(CliKl, DraftRollbackScoresLikePlainDecoding) {
       (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-drafter-small").string();
   const fs::path dir = fs::temp_directory_path() / ("steermoe_cli_kl_" + std::to_string(getpid()));
   fs::create_directories(dir);
-  const std::string base = "kl -m " + kSmall.string() + " -f " +
-                           (fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "eval.txt").string() +
-                           " --window-len 64 --max-windows 3 --cache 24 ";
+  const std::string base =
+      "kl -m " + kSmall.string() + " -f " +
+      (fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "eval.txt").string() +
+      " --window-len 64 --max-windows 3 --cache 24 ";
   const auto kl = [&](const std::string& extra, const std::string& name) {
     const fs::path json = dir / name;
     const auto r = run_cli(base + extra + " --json " + json.string());
@@ -127,9 +149,10 @@ TEST(CliKl, DraftRollbackScoresLikePlainDecoding) {
   EXPECT_GT(rollback[0]["speculative"]["tau"].get<double>(), 1.0);
   EXPECT_GT(rollback[0]["copies_per_token"]["restore"].get<double>(), 0.0);
   EXPECT_FALSE(plain[0].contains("speculative"));
-  const nlohmann::json exact =
-      kl("--policy exact:evict=lru --draft " + drafter + " --spec-select exact --pool 24 "
-         "--union-slots 24", "exact.json");
+  const nlohmann::json exact = kl("--policy exact:evict=lru --draft " + drafter +
+                                      " --spec-select exact --pool 24 "
+                                      "--union-slots 24",
+                                  "exact.json");
   EXPECT_LT(exact[0]["kl"]["mean"].get<double>(), 1e-6);
   EXPECT_GT(exact[0]["copies_per_token"]["block"].get<double>(), 0.0);
   fs::remove_all(dir);
@@ -138,14 +161,16 @@ TEST(CliKl, DraftRollbackScoresLikePlainDecoding) {
 // `score --draft`: each continuation verified in blocks behind the drafts; under `rollback` the
 // log-likelihoods are plain PSR's, a synthetic drafter included.
 TEST(CliScore, DraftRollbackScoresLikePlainDecoding) {
-  const fs::path dir = fs::temp_directory_path() / ("steermoe_cli_score_" + std::to_string(getpid()));
+  const fs::path dir =
+      fs::temp_directory_path() / ("steermoe_cli_score_" + std::to_string(getpid()));
   fs::create_directories(dir);
   const fs::path requests = dir / "r.jsonl";
   {
     std::ofstream out(requests);
     out << R"({"context": "def read_config(path):\n    with open(path) as f:", "continuation": "\n        return json.load(f)\n"})"
         << "\n"
-        << R"({"context": "import os", "continuation": "\nimport sys\nimport re\n"})" << "\n";
+        << R"({"context": "import os", "continuation": "\nimport sys\nimport re\n"})"
+        << "\n";
   }
   const std::string base = "score -m " + kSmall.string() + " -f " + requests.string() +
                            " --policy psr:lambda=0.3,n=1 --cache 24 ";
@@ -155,7 +180,8 @@ TEST(CliScore, DraftRollbackScoresLikePlainDecoding) {
     std::vector<double> ll;
     std::istringstream in(r.output);
     for (std::string line; std::getline(in, line);)
-      if (line.rfind("{", 0) == 0) ll.push_back(parse_json(line, "score")["loglikelihood"].get<double>());
+      if (line.rfind("{", 0) == 0)
+        ll.push_back(parse_json(line, "score")["loglikelihood"].get<double>());
     return ll;
   };
   const std::vector<double> plain = lines("");
