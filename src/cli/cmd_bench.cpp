@@ -165,9 +165,12 @@ std::vector<double> predict_ms(const std::vector<eval::BenchResult>& results,
                                    .pregate = r.pregate,
                                    .sequence_starts = r.sequence_starts};
     const schedule::OffloadConfig& o = offloads[c];
-    const schedule::SimResult sim = schedule::simulate(
-        spec, o.policy, *o.calibration, profile, view,
-        {.cache_slots = o.cache_slots, .max_inflight = o.max_inflight, .pacing = o.pacing});
+    const schedule::SimResult sim =
+        schedule::simulate(spec, o.policy, *o.calibration, profile, view,
+                           {.cache_slots = o.cache_slots,
+                            .max_inflight = o.max_inflight,
+                            .pacing = o.pacing,
+                            .issue = o.issue});
     out.push_back(sim.mean_s * 1e3);
   }
   return out;
@@ -452,14 +455,21 @@ void run_bench_cli(const BenchCli& o) {
   std::printf("%s", eval::bench_table(results).c_str());
   std::fprintf(stderr, "bench: %s\n", memory_report(budget).c_str());
   if (!o.json.empty()) {
-    const nlohmann::json header{
-        {"model", o.model},           {"file", o.generate > 0 ? o.prompts : o.file},
-        {"rounds", o.rounds},         {"windows", sequences.size()},
-        {"window_len", o.window_len}, {"generate", o.generate},
-        {"threads", o.threads},       {"max_inflight", o.engine.max_inflight},
-        {"calibration", calib_path},  {"scores_from", o.scores_from},
-        {"warmup_rounds", o.warmup},  {"machine", machine_json(*model, budget, probe)},
-        {"predicted_by", o.predict}};
+    const nlohmann::json header{{"model", o.model},
+                                {"file", o.generate > 0 ? o.prompts : o.file},
+                                {"rounds", o.rounds},
+                                {"windows", sequences.size()},
+                                {"window_len", o.window_len},
+                                {"generate", o.generate},
+                                {"threads", o.threads},
+                                {"max_inflight", o.engine.max_inflight},
+                                {"prefetch_pacing", o.engine.pacing},
+                                {"prefetch_issue", o.engine.issue},
+                                {"calibration", calib_path},
+                                {"scores_from", o.scores_from},
+                                {"warmup_rounds", o.warmup},
+                                {"machine", machine_json(*model, budget, probe)},
+                                {"predicted_by", o.predict}};
     nlohmann::json doc = eval::bench_json(results, header);
     for (size_t c = 0; c < predicted.size(); ++c) {
       if (predicted[c] > 0) doc["configurations"][c]["simulated_ms_per_token"] = predicted[c];

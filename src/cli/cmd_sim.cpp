@@ -37,6 +37,7 @@ struct SimOptionsCli {
   int cache = 0;
   std::vector<int> max_inflight{2};
   std::string pacing = "fifo";
+  std::vector<std::string> issue{"boundary"};
   int64_t steps = 0;
   double link_gbps = 0;
   double latency_us = -1;
@@ -49,6 +50,7 @@ struct Row {
   std::string policy_arg;
   int max_inflight = 0;
   std::string pacing;
+  std::string issue;
   std::string loop, loop_reason;
   bool physical = false;
   schedule::SimResult result;
@@ -67,6 +69,7 @@ nlohmann::json row_json(const Row& row, int layers) {
       {"physical_demonstration_mode", row.physical},
       {"max_inflight", row.max_inflight},
       {"prefetch_pacing", row.pacing},
+      {"prefetch_issue", row.issue},
       {"loop", row.loop},
       {"loop_reason", row.loop_reason},
       {"tokens", t.tokens},
@@ -114,7 +117,8 @@ std::string markdown(const std::vector<Row>& rows, int layers) {
     out += fmt::format(
         "| {}{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} "
         "| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:08x} |\n",
-        r.policy, row.physical ? " (timing-dependent)" : "", row.max_inflight, row.loop,
+        r.policy, row.physical ? " (timing-dependent)" : "",
+        fmt::format("{}{}", row.max_inflight, row.issue == "early" ? ", early" : ""), row.loop,
         r.mean_s * 1e3, r.p50_s * 1e3, r.p99_s * 1e3, (t.demand + t.prefetch_enqueued) / n,
         t.demand / n, t.prefetch_enqueued / n, t.prefetch_in_time / n, t.prefetch_late / n,
         t.prefetch_unused / n, t.prefetch_dropped / n, t.stall / n * 1e3, t.host / n * 1e3,
@@ -179,8 +183,10 @@ void run_sim(const SimOptionsCli& o) {
   view.sequence_starts = starts;
 
   std::vector<Row> rows;
-  Progress progress("sim", static_cast<int64_t>(o.policies.size() * o.max_inflight.size()) * steps,
-                    "steps");
+  Progress progress(
+      "sim",
+      static_cast<int64_t>(o.policies.size() * o.max_inflight.size() * o.issue.size()) * steps,
+      "steps");
   for (const std::string& text : o.policies) {
     const policy::PolicyConfig config = policy::parse_policy(text);
     if (config.physical) {
@@ -190,23 +196,28 @@ void run_sim(const SimOptionsCli& o) {
                    "depend on transfer timing. Never a default.\n",
                    text.c_str());
     }
-    for (const int inflight : o.max_inflight) {
-      Row row;
-      row.policy_arg = text;
-      row.max_inflight = inflight;
-      row.pacing = o.pacing;
-      row.physical = config.physical;
-      const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache);
-      row.loop = loop.loop;
-      row.loop_reason = loop.reason;
-      const auto begin = std::chrono::steady_clock::now();
-      row.result = schedule::simulate(spec, config, calibration, profile, view,
-                                      {.cache_slots = o.cache,
-                                       .max_inflight = inflight,
-                                       .pacing = schedule::parse_pacing(o.pacing)});
-      row.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-      rows.push_back(std::move(row));
-      progress.advance(steps);  // per row; throws Interrupted after Ctrl-C
+    for (const std::string& issue : o.issue) {
+      for (const int inflight : o.max_inflight) {
+        Row row;
+        row.policy_arg = text;
+        row.max_inflight = inflight;
+        row.pacing = o.pacing;
+        row.issue = issue;
+        row.physical = config.physical;
+        const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache);
+        row.loop = loop.loop;
+        row.loop_reason = loop.reason;
+        const auto begin = std::chrono::steady_clock::now();
+        row.result = schedule::simulate(spec, config, calibration, profile, view,
+                                        {.cache_slots = o.cache,
+                                         .max_inflight = inflight,
+                                         .pacing = schedule::parse_pacing(o.pacing),
+                                         .issue = schedule::parse_issue(issue)});
+        row.wall_s =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        rows.push_back(std::move(row));
+        progress.advance(steps);  // per row; throws Interrupted after Ctrl-C
+      }
     }
   }
   progress.finish();
@@ -287,6 +298,12 @@ void add_sim_command(CLI::App& root) {
                   "When pending prefetches are copied: fifo | defer | demand (see `run --help`)")
       ->check(CLI::IsMember({"fifo", "defer", "demand"}))
       ->capture_default_str();
+  cmd->add_option("--prefetch-issue", o->issue,
+                  "Where pending prefetches may be enqueued: boundary (layer boundaries only, the "
+                  "timing model as specified) | early (also before each MoE, after a stall; see "
+                  "`run --help`); several values: one row each")
+      ->take_all()
+      ->check(CLI::IsMember({"boundary", "early"}));
   cmd->add_option("--max-inflight", o->max_inflight,
                   "Enqueued unfinished prefetches allowed at a layer boundary (several values: one "
                   "row each)")

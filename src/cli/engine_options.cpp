@@ -41,6 +41,14 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
          "routing and output never change")
       ->check(CLI::IsMember({"fifo", "defer", "demand"}))
       ->capture_default_str();
+  cmd->add_option(
+         "--prefetch-issue", o.issue,
+         "Where pending prefetches may be enqueued: boundary (at layer boundaries only, the "
+         "timing model as specified) | early (also just before each MoE: after a stall the "
+         "moment the awaited copy completes, so the link stays busy at the same --max-inflight); "
+         "latency only, routing and output never change")
+      ->check(CLI::IsMember({"boundary", "early"}))
+      ->capture_default_str();
   cmd->add_option("--calib", o.calib,
                   "Calibration (.smcal); default: the model's calib.smcal when present");
   cmd->add_flag("--verify", o.verify,
@@ -121,6 +129,7 @@ schedule::OffloadRequest offload_request(const EngineOptions& o, const model::Mo
                              .link = o.link,
                              .max_inflight = o.max_inflight,
                              .pacing = o.pacing,
+                             .issue = o.issue,
                              .verify = o.verify};
   const std::string path = calibration_path(o, model_path);
   if (path.empty()) return r;

@@ -21,7 +21,8 @@ struct EngineOptions {
   std::string link = "resident";
   int max_inflight = 2;
   std::string pacing = "fifo";
-  std::string calib;  // empty = the model's own calib.smcal when present
+  std::string issue = "boundary";  // --prefetch-issue
+  std::string calib;               // empty = the model's own calib.smcal when present
   bool verify = false;
   std::string backend = "auto";  // cpu | cuda | auto (cuda when built with it and a GPU is present)
   std::string mem_limit;         // --mem-limit BYTES: empty = no budget

@@ -139,7 +139,8 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
                               .max_inflight = config_.max_inflight,
                               .expert_bytes = expert_bytes_,
                               .max_positions = params.max_positions,
-                              .pacing = config_.pacing},
+                              .pacing = config_.pacing,
+                              .issue = config_.issue},
       link());
   if (sim_clock_ != nullptr) step_->simulate_compute(sim_clock_, &profile_);
   if (config_.block) step_->enable_blocks(*config_.block, params.max_positions);

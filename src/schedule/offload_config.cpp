@@ -41,7 +41,10 @@ OffloadRequest OffloadConfig::request() const {
           .link = link.text,
           .max_inflight = max_inflight,
           .pacing = pacing_name(pacing),
-          .spec_select = block ? policy::block_rule_name(block->rule) : rollback ? "rollback" : "",
+          .issue = issue_name(issue),
+          .spec_select = block      ? policy::block_rule_name(block->rule)
+                         : rollback ? "rollback"
+                                    : "",
           .pool = block ? block->pool : 0,
           .union_slots = block ? block->union_slots : 0,
           .block_prefetch = block ? block->prefetch_next : true,
@@ -69,6 +72,16 @@ const char* pacing_name(PrefetchPacing pacing) {
   return "fifo";
 }
 
+PrefetchIssue parse_issue(const std::string& text) {
+  if (text == "boundary") return PrefetchIssue::kBoundary;
+  if (text == "early") return PrefetchIssue::kEarly;
+  fail("--prefetch-issue", "value", "expected boundary or early, found '{}'", text);
+}
+
+const char* issue_name(PrefetchIssue issue) {
+  return issue == PrefetchIssue::kEarly ? "early" : "boundary";
+}
+
 OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) {
   const policy::RouterSpec& spec = model.spec;
   const bool dense = spec.layers == 0;
@@ -81,6 +94,7 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
     fail("engine", "--max-inflight", "expected 1..1024, found {}", r.max_inflight);
   c.max_inflight = r.max_inflight;
   c.pacing = parse_pacing(r.pacing);
+  c.issue = parse_issue(r.issue);
   if (r.spec_select == "rollback" && !dense) {
     c.rollback = true;  // on every link: restored slots are copied again (OffloadStep::rollback)
   } else if (!r.spec_select.empty() && !dense) {

@@ -25,6 +25,7 @@ struct OffloadRequest {
   std::string link = "resident";           // --link value
   int max_inflight = 2;                    // prefetch copies in flight at a layer boundary
   std::string pacing = "fifo";             // --prefetch-pacing: fifo | defer | demand
+  std::string issue = "boundary";          // --prefetch-issue: boundary | early
   // Speculative decoding's verification (--spec-select): "" (through the policy) | rollback |
   // exact | block | block:conf, with the block rules' pool P and union slots U per layer (0: the
   // cache size C).
@@ -32,7 +33,7 @@ struct OffloadRequest {
   int pool = 0;
   int union_slots = 0;
   bool block_prefetch = true;  // BlockParams::prefetch_next (links only; latency, not output)
-  bool verify = false;  // disk link: checksum every copied expert
+  bool verify = false;         // disk link: checksum every copied expert
   // Loaded by the caller (or null: none found). Shared: engines and steps keep it alive.
   std::shared_ptr<const policy::Calibration> calibration;
   std::string calibration_source;  // its file, for messages
@@ -53,8 +54,9 @@ struct OffloadConfig {
   int cache_slots = 0;          // C per MoE layer (K <= C <= E); 0 for a dense model
   link::LinkSpec link;          // parsed; resident for a dense model
   int max_inflight = 2;         // 1..1024
-  PrefetchPacing pacing = PrefetchPacing::kFifo;  // physical only: routing never sees it
-  std::optional<policy::BlockParams> block;       // verification rules (speculative decoding)
+  PrefetchPacing pacing = PrefetchPacing::kFifo;   // physical only: routing never sees it
+  PrefetchIssue issue = PrefetchIssue::kBoundary;  // physical only
+  std::optional<policy::BlockParams> block;        // verification rules (speculative decoding)
   bool rollback = false;  // verification through the policy, rejected positions taken back
   bool verify = false;
   // Never null: the given calibration, or an uninformed one (exact LRU and C = E need nothing).
@@ -77,11 +79,16 @@ struct OffloadConfig {
 // error) but the cache, the link and the calibration are no-ops. Throws steermoe::Error naming
 // the option for: both --cache and --residency, a policy that does not fit the model or the
 // cache, a calibration of another shape, a cache-aware policy below C = E without a
-// calibration, a bad --link, max_inflight outside 1..1024, an unknown --prefetch-pacing.
+// calibration, a bad --link, max_inflight outside 1..1024, an unknown --prefetch-pacing or
+// --prefetch-issue.
 OffloadConfig resolve_offload(const OffloadRequest& request, const ModelFacts& model);
 
 // "fifo" | "defer" | "demand" (Error naming --prefetch-pacing otherwise), and back.
 PrefetchPacing parse_pacing(const std::string& text);
 const char* pacing_name(PrefetchPacing pacing);
+
+// "boundary" | "early" (Error naming --prefetch-issue otherwise), and back.
+PrefetchIssue parse_issue(const std::string& text);
+const char* issue_name(PrefetchIssue issue);
 
 }  // namespace steermoe::schedule

@@ -28,7 +28,8 @@ OffloadStep::OffloadStep(const policy::RouterSpec& spec, const policy::PolicyCon
                                                             .slots = physical_slots_,
                                                             .max_inflight = params.max_inflight,
                                                             .expert_bytes = params.expert_bytes,
-                                                            .pacing = params.pacing},
+                                                            .pacing = params.pacing,
+                                                            .issue = params.issue},
                                             *link_);
     slot_experts_.resize(static_cast<size_t>(spec.layers) * physical_slots_);
   }
@@ -71,7 +72,8 @@ std::span<const int32_t> OffloadStep::logical_slot_experts() {
     const policy::LayerCache& cache = router_.cache(l);
     // The policy's C slots first; the union slots of verification blocks beyond them start empty.
     for (int s = 0; s < physical; ++s)
-      slot_experts_[static_cast<size_t>(l) * physical + s] = s < slots ? cache.expert_in_slot(s) : -1;
+      slot_experts_[static_cast<size_t>(l) * physical + s] =
+          s < slots ? cache.expert_in_slot(s) : -1;
   }
   return slot_experts_;
 }
@@ -216,8 +218,9 @@ void OffloadStep::prefetch_block_layer(int layer, int n, std::span<const float> 
   for (int t = 0; t < n; ++t) {
     const float* row = pregate_next.data() + static_cast<size_t>(t) * E;
     for (int e = 0; e < E; ++e) order_[static_cast<size_t>(e)] = e;
-    std::partial_sort(order_.begin(), order_.begin() + K, order_.end(),
-                      [row](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
+    std::partial_sort(
+        order_.begin(), order_.begin() + K, order_.end(),
+        [row](int32_t a, int32_t b) { return row[a] != row[b] ? row[a] > row[b] : a < b; });
     std::copy_n(order_.begin(), K, ranked_.begin() + static_cast<ptrdiff_t>(t) * K);
   }
   // Where the layer's experts are (union_slots_ keeps them, to clear slot_of_ afterwards), and
@@ -411,7 +414,9 @@ const policy::Decision& OffloadStep::route_layer_major(int layer, int32_t token,
   return d;
 }
 
-void OffloadStep::mark_rollback(int positions) { router_.mark(positions); }
+void OffloadStep::mark_rollback(int positions) {
+  router_.mark(positions);
+}
 
 void OffloadStep::rollback(int kept) {
   counts_.restore_copies += router_.rewind(kept);

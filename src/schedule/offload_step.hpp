@@ -50,14 +50,15 @@ namespace steermoe::schedule {
 struct HardwareProfile;
 
 struct OffloadParams {
-  int cache_slots = 0;       // C (K <= C <= E)
+  int cache_slots = 0;  // C (K <= C <= E)
   // Slots per layer the scheduler and link hold (0: C). Verification blocks on a link hold the
   // pool and the union slots, P + U, of which the policy's C are the first (prompt tokens).
   int physical_slots = 0;
   int max_inflight = 2;      // prefetch copies in flight at a layer boundary (>= 1)
   int64_t expert_bytes = 0;  // bytes of one expert copy (accounting)
   int max_positions = 1;     // largest block run_layer_major is given
-  PrefetchPacing pacing = PrefetchPacing::kFifo;  // when pending prefetches are copied
+  PrefetchPacing pacing = PrefetchPacing::kFifo;   // when pending prefetches are copied
+  PrefetchIssue issue = PrefetchIssue::kBoundary;  // where pending prefetches may be enqueued
 };
 
 // Link-clock times of one MoE layer's events in the last token (seconds; the link's origin).
@@ -223,8 +224,8 @@ class OffloadStep {
   const HardwareProfile* profile_ = nullptr;
   int experts_ = 0;
   int max_positions_ = 1;
-  int physical_slots_ = 0;     // scheduler slots per layer (>= the policy's C)
-  bool blocks_ran_ = false;    // a block placed experts since begin_request (link only)
+  int physical_slots_ = 0;   // scheduler slots per layer (>= the policy's C)
+  bool blocks_ran_ = false;  // a block placed experts since begin_request (link only)
   // run_block's placement scratch (link only), sized once.
   std::vector<int32_t> slot_of_;       // [E] slot holding the expert in the current layer, -1
   std::vector<int32_t> block_union_;   // executed experts of the layer, first-use order

@@ -386,7 +386,10 @@ double TransferScheduler::wait_for_layer(int layer, std::span<const int32_t> sel
     SM_ASSERT_MSG(!pending_[g].live, "a selected slot still has a pending prefetch");
     if (ticket_[g] > done) wait_tickets_[waits++] = ticket_[g];
   }
-  if (waits == 0) return 0.0;
+  if (waits == 0) {
+    if (config_.issue == PrefetchIssue::kEarly) pump_pending();
+    return 0.0;
+  }
   small_sort(std::span<link::Ticket>(wait_tickets_.data(), waits),
              [](link::Ticket a, link::Ticket b) { return a < b; });
   const double start = link_->now();
@@ -414,6 +417,7 @@ double TransferScheduler::wait_for_layer(int layer, std::span<const int32_t> sel
     }
   }
   const double stall = link_->now() - start;
+  if (config_.issue == PrefetchIssue::kEarly) pump_pending();
   token_.stall += stall;
   totals_.layer_stall[layer] += stall;
   return stall;

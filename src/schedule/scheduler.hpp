@@ -40,6 +40,17 @@ enum class PrefetchPacing : uint8_t {
   kDemand,
 };
 
+// When pending prefetches may be enqueued (physical only: routing never sees it).
+enum class PrefetchIssue : uint8_t {
+  // At layer boundaries only (end of H), up to max_inflight: the policy contract's timing model.
+  kBoundary,
+  // Also just before each MoE (wait_for_layer): after a stall the moment the awaited copy has
+  // completed, else at once. A copy that completes during a stall frees an in-flight place the
+  // boundary rule would leave empty until the next layer's H ends; with it the link stays busy at
+  // the same max_inflight (a completed read wakes the scheduler, where the scheduler waits).
+  kEarly,
+};
+
 struct SchedulerConfig {
   int layers = 0;            // L: MoE layers
   int experts = 0;           // E: experts per layer
@@ -47,6 +58,7 @@ struct SchedulerConfig {
   int max_inflight = 2;      // enqueued, unfinished prefetches allowed at a layer boundary (>= 1)
   int64_t expert_bytes = 0;  // bytes of one expert copy
   PrefetchPacing pacing = PrefetchPacing::kFifo;
+  PrefetchIssue issue = PrefetchIssue::kBoundary;
 };
 
 // What kind of copy last wrote a slot (used to attribute stalls).
@@ -149,7 +161,8 @@ class TransferScheduler {
                 std::span<const policy::Copy> next_prefetch);
 
   // Waits until the latest copy into every slot of S has completed (before M(layer)); returns
-  // the stall in seconds.
+  // the stall in seconds. With PrefetchIssue::kEarly it then enqueues pending prefetches up to
+  // max_inflight (after the wait, so that they never share the link with the awaited copies).
   double wait_for_layer(int layer, std::span<const int32_t> selected_slot);
 
   // Ends the token (after the head) and returns its accounting.

@@ -70,7 +70,8 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
                    {.cache_slots = slots,
                     .max_inflight = options.max_inflight,
                     .expert_bytes = profile.expert_bytes,
-                    .pacing = options.pacing},
+                    .pacing = options.pacing,
+                    .issue = options.issue},
                    &link);
   step.simulate_compute(&link, &profile);
   // Execution weights are the model's computation, not the policy's: the trace has no weight

@@ -50,6 +50,7 @@ struct SimOptions {
   int cache_slots = 0;  // C
   int max_inflight = 2;
   PrefetchPacing pacing = PrefetchPacing::kFifo;
+  PrefetchIssue issue = PrefetchIssue::kBoundary;
   bool keep_decisions = false;  // keep S of every (step, layer) in SimResult::decisions
   bool keep_events = false;     // keep LayerEvent per (step, layer) and the link's copy log
 };

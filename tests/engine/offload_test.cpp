@@ -96,7 +96,9 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
       int threads;
       double delay_s;
       schedule::PrefetchPacing pacing = schedule::PrefetchPacing::kFifo;
+      schedule::PrefetchIssue issue = schedule::PrefetchIssue::kBoundary;
     };
+    constexpr auto kEarly = schedule::PrefetchIssue::kEarly;
     using schedule::PrefetchPacing;
     const std::vector<Variant> variants = {{"disk", 2, 1, 0},
                                            {"disk", 1, 2, 0},
@@ -108,14 +110,20 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
                                            {"sim:cpu-disk-olmoe", 2, 1, 0},
                                            {"disk", 2, 1, 0, PrefetchPacing::kDefer},
                                            {"emulated:0.5,30", 1, 1, 0, PrefetchPacing::kDemand},
-                                           {"sim:cpu-disk-olmoe", 2, 1, 0, PrefetchPacing::kDefer}};
+                                           {"sim:cpu-disk-olmoe", 2, 1, 0, PrefetchPacing::kDefer},
+                                           {"disk", 1, 2, 0, PrefetchPacing::kFifo, kEarly},
+                                           {"emulated:20,5", 2, 1, 200e-6, PrefetchPacing::kDefer,
+                                            kEarly},
+                                           {"sim:cpu-disk-olmoe", 1, 1, 0, PrefetchPacing::kFifo,
+                                            kEarly}};
     for (const Variant& v : variants) {
       SCOPED_TRACE(v.link + " max_inflight " + std::to_string(v.max_inflight) + " threads " +
                    std::to_string(v.threads) + " delay " + std::to_string(v.delay_s) + " pacing " +
-                   schedule::pacing_name(v.pacing));
+                   schedule::pacing_name(v.pacing) + " issue " + schedule::issue_name(v.issue));
       EngineParams p = params(policy, 32, v.link);
       p.offload.max_inflight = v.max_inflight;
       p.offload.pacing = v.pacing;
+      p.offload.issue = v.issue;
       p.threads = v.threads;
       p.test_copy_delay_max_s = v.delay_s;
       const Outcome got = run(*model_, p);

@@ -24,13 +24,15 @@ struct LayerStep {
 
 class Harness {
  public:
-  Harness(int layers, int experts, int slots, int max_inflight)
+  Harness(int layers, int experts, int slots, int max_inflight,
+          PrefetchIssue issue = PrefetchIssue::kBoundary)
       : link_({.bandwidth_bytes_per_s = 1e6, .latency_s = 0}),
         scheduler_({.layers = layers,
                     .experts = experts,
                     .slots = slots,
                     .max_inflight = max_inflight,
-                    .expert_bytes = 1000},
+                    .expert_bytes = 1000,
+                    .issue = issue},
                    link_) {
     link_.enable_log(true);
   }
@@ -189,6 +191,37 @@ TEST(Scheduler, MaxInflightAloneChangesLatencyNotTheCopies) {
   EXPECT_EQ(t.prefetch_late, 1);
   EXPECT_EQ(t.prefetch_unused, 1);
   EXPECT_EQ(t.prefetch_enqueued, 3);
+}
+
+// A stall on a late prefetch frees its in-flight place: with PrefetchIssue::kEarly the next
+// pending prefetch goes out the moment the awaited copy completes instead of at the next
+// layer's end of H. 3 layers, max_inflight 1; warm-up 12 copies, so the token starts at 12.
+TEST(Scheduler, EarlyIssueSendsAPendingPrefetchWhenAStallEnds) {
+  for (const PrefetchIssue issue : {PrefetchIssue::kBoundary, PrefetchIssue::kEarly}) {
+    const bool early = issue == PrefetchIssue::kEarly;
+    SCOPED_TRACE(early ? "early" : "boundary");
+    Harness h(3, 8, 4, /*max_inflight=*/1, issue);
+    h.warm_identity();
+    h.scheduler_.begin_token();
+    // H(0) ends at 12.12: 4@2 of layer 1 goes out (ticket 13, 12.12-13.12).
+    EXPECT_EQ(h.layer(0, {.selected = {0, 1}, .slots = {0, 1}, .next_prefetch = {{4, 2}}}), 0.0);
+    // H(1) ends at 12.44 with S = {4, 1}: 5@2 and 6@3 of layer 2 wait (one in flight); M(1)
+    // waits for ticket 13 until 13.12. Early: 5 goes out then (ticket 14, 13.12-14.12).
+    h.attention();
+    h.host_begin(1);
+    const double stall1 = h.host_end_and_run(
+        1, {.selected = {4, 1}, .slots = {2, 1}, .next_prefetch = {{5, 2}, {6, 3}}});
+    EXPECT_NEAR(stall1, 0.68 * kMs, kEps);
+    EXPECT_EQ(h.scheduler_.pending_count(), early ? 1 : 2);
+    // H(2) ends at 13.44 with S = {5, 6}: what still waits is forced out. Boundary: 5 and 6 at
+    // 13.44-14.44-15.44; early: 6 behind 5, 14.12-15.12.
+    const double stall2 = h.layer(2, {.selected = {5, 6}, .slots = {2, 3}});
+    EXPECT_NEAR(stall2, (early ? 1.68 : 2.0) * kMs, kEps);
+    const TokenStats& t = h.head_and_end();
+    EXPECT_NEAR(t.latency, (early ? 3.42 : 3.74) * kMs, kEps);
+    EXPECT_EQ(t.prefetch_enqueued, 3);  // the same copies either way
+    EXPECT_EQ(t.prefetch_forced, early ? 1 : 2);
+  }
 }
 
 TEST(Scheduler, StalePendingPrefetchIsDroppedAndDemandWaitsBehindAtMostMaxInflight) {
