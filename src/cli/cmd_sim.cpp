@@ -262,11 +262,12 @@ void run_sim(const SimOptionsCli& o) {
   }
 
   if (!o.latencies.empty()) {
-    std::string out = "policy,max_inflight,step,ms,copies\n";
+    std::string out = "policy,max_inflight,step,ms,copies,prefetch_issue\n";
     for (const Row& row : rows) {
       for (size_t i = 0; i < row.result.token_latency.size(); ++i) {
-        out += fmt::format("\"{}\",{},{},{:.6f},{}\n", row.result.policy, row.max_inflight, i,
-                           row.result.token_latency[i] * 1e3, row.result.token_copies[i]);
+        out +=
+            fmt::format("\"{}\",{},{},{:.6f},{},{}\n", row.result.policy, row.max_inflight, i,
+                        row.result.token_latency[i] * 1e3, row.result.token_copies[i], row.issue);
       }
     }
     write_file_atomic(o.latencies, out);
@@ -323,7 +324,8 @@ void add_sim_command(CLI::App& root) {
                   "Write the JSON report to this file ('-' = stdout, table then on stderr)");
   cmd->add_option(
       "--latencies", o->latencies,
-      "Write per-token latencies (CSV: policy (quoted),max_inflight,step,ms,copies) for CDFs");
+      "Write per-token latencies (CSV: policy (quoted),max_inflight,step,ms,copies,prefetch_issue) "
+      "for CDFs");
   cmd->final_callback([o] { run_sim(*o); });
 }
 

@@ -100,22 +100,21 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
     };
     constexpr auto kEarly = schedule::PrefetchIssue::kEarly;
     using schedule::PrefetchPacing;
-    const std::vector<Variant> variants = {{"disk", 2, 1, 0},
-                                           {"disk", 1, 2, 0},
-                                           {"emulated:50", 4, 1, 0},
-                                           {"emulated:0.5,30", 1, 1, 0},
-                                           {"emulated:20,5", 2, 2, 200e-6},
-                                           {"sim:rtx4090-olmoe", 1, 1, 0},
-                                           {"sim:rtx4090-olmoe", 4, 1, 0},
-                                           {"sim:cpu-disk-olmoe", 2, 1, 0},
-                                           {"disk", 2, 1, 0, PrefetchPacing::kDefer},
-                                           {"emulated:0.5,30", 1, 1, 0, PrefetchPacing::kDemand},
-                                           {"sim:cpu-disk-olmoe", 2, 1, 0, PrefetchPacing::kDefer},
-                                           {"disk", 1, 2, 0, PrefetchPacing::kFifo, kEarly},
-                                           {"emulated:20,5", 2, 1, 200e-6, PrefetchPacing::kDefer,
-                                            kEarly},
-                                           {"sim:cpu-disk-olmoe", 1, 1, 0, PrefetchPacing::kFifo,
-                                            kEarly}};
+    const std::vector<Variant> variants = {
+        {"disk", 2, 1, 0},
+        {"disk", 1, 2, 0},
+        {"emulated:50", 4, 1, 0},
+        {"emulated:0.5,30", 1, 1, 0},
+        {"emulated:20,5", 2, 2, 200e-6},
+        {"sim:rtx4090-olmoe", 1, 1, 0},
+        {"sim:rtx4090-olmoe", 4, 1, 0},
+        {"sim:cpu-disk-olmoe", 2, 1, 0},
+        {"disk", 2, 1, 0, PrefetchPacing::kDefer},
+        {"emulated:0.5,30", 1, 1, 0, PrefetchPacing::kDemand},
+        {"sim:cpu-disk-olmoe", 2, 1, 0, PrefetchPacing::kDefer},
+        {"disk", 1, 2, 0, PrefetchPacing::kFifo, kEarly},
+        {"emulated:20,5", 2, 1, 200e-6, PrefetchPacing::kDefer, kEarly},
+        {"sim:cpu-disk-olmoe", 1, 1, 0, PrefetchPacing::kFifo, kEarly}};
     for (const Variant& v : variants) {
       SCOPED_TRACE(v.link + " max_inflight " + std::to_string(v.max_inflight) + " threads " +
                    std::to_string(v.threads) + " delay " + std::to_string(v.delay_s) + " pacing " +

@@ -71,6 +71,20 @@ TEST(SimCommand, ReportsLatencyCopiesLoopAndTimingDependence) {
   EXPECT_NE(err.find("| policy |"), std::string::npos);  // the table goes to stderr with --json -
   const std::string latencies = read_all(dir / "lat.csv");
   EXPECT_EQ(std::count(latencies.begin(), latencies.end(), '\n'), 1 + 6 * 64);
+  // Two --prefetch-issue values: one row each, named in the JSON; the same decisions.
+  ASSERT_EQ(run(bin + " sim --trace " + d + "/eval --calib " + d +
+                "/c.smcal --profile cpu-disk-olmoe --cache 16 --prefetch-issue boundary early "
+                "--policy psr:lambda=0.3,n=2 --json - > " +
+                d + "/issue.json 2>/dev/null"),
+            0);
+  const nlohmann::json issue = steermoe::parse_json_or_throw(read_all(dir / "issue.json"));
+  ASSERT_EQ(issue["results"].size(), 2u);
+  EXPECT_EQ(issue["results"][0]["prefetch_issue"], "boundary");
+  EXPECT_EQ(issue["results"][1]["prefetch_issue"], "early");
+  EXPECT_EQ(issue["results"][0]["decision_hash"], issue["results"][1]["decision_hash"]);
+  EXPECT_NE(run(bin + " sim --trace " + d + "/eval --calib " + d +
+                "/c.smcal --cache 16 --prefetch-issue later --policy exact 2>/dev/null >/dev/null"),
+            0);
   // Bad input: an unknown profile is a clean error, not a crash.
   EXPECT_NE(run(bin + " sim --trace " + d + "/eval --calib " + d +
                 "/c.smcal --profile nope --cache 32 --policy exact 2>/dev/null >/dev/null"),
