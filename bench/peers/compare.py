@@ -137,6 +137,8 @@ def bench_type(a, t, path, bandwidth, results, meta):
     warm_file(path)
     for threads in a.threads:
         for test, n in (("tg", a.tg), ("pp", a.pp)):
+            if n <= 0:  # --tg 0 / --pp 0: that test is not run
+                continue
             ours, theirs, round_bw = [], [], []
             bytes_per_token = 0
             for r in range(a.rounds):
@@ -182,8 +184,8 @@ def main():
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--reps", type=int, default=3, help="timed runs per engine per round")
-    ap.add_argument("--tg", type=int, default=48, help="decode tokens")
-    ap.add_argument("--pp", type=int, default=128, help="prefill tokens")
+    ap.add_argument("--tg", type=int, default=48, help="decode tokens (0: no decode test)")
+    ap.add_argument("--pp", type=int, default=128, help="prefill tokens (0: no prefill test)")
     ap.add_argument("--quantizer", choices=("llama", "steermoe"), default="llama")
     ap.add_argument("--kernels", default="", help="STEERMOE_KERNELS for steermoe (e.g. avx2)")
     ap.add_argument("--max-load", type=float, default=1.5)
