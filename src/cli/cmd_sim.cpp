@@ -196,6 +196,7 @@ void run_sim(const SimOptionsCli& o) {
                    "depend on transfer timing. Never a default.\n",
                    text.c_str());
     }
+    const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache);
     for (const std::string& issue : o.issue) {
       for (const int inflight : o.max_inflight) {
         Row row;
@@ -204,7 +205,6 @@ void run_sim(const SimOptionsCli& o) {
         row.pacing = o.pacing;
         row.issue = issue;
         row.physical = config.physical;
-        const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache);
         row.loop = loop.loop;
         row.loop_reason = loop.reason;
         const auto begin = std::chrono::steady_clock::now();

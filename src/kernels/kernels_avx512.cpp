@@ -139,48 +139,40 @@ SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t*
   }
 }
 
+// Rows [r0, r1) against inputs i..i+N-1 in tiles of R rows. Where the rows stream from memory
+// (`stream`: decode, and prefill's first pass over a super-block; the later passes find them in
+// L2) the tiles prefetch the next one, while a next tile lies inside this matrix (it may be
+// another thread's: harmless).
+template <int N>
+SM_TARGET_BF16 inline void bf16_rows(const Matrix& w, size_t r0, size_t r1, bool stream,
+                                     const uint16_t* xb, size_t padded, size_t i, const Output& out,
+                                     const MatvecParams& p) {
+  constexpr int R = Simd::kTileRows;
+  size_t r = r0;
+  if (stream) {
+    for (; r + R <= r1 && r + 2 * R <= w.rows; r += R) {
+      bf16_tile<R, N, true>(w, r, xb, padded, i, out, p);
+    }
+  }
+  for (; r + R <= r1; r += R) bf16_tile<R, N>(w, r, xb, padded, i, out, p);
+  for (; r < r1; ++r) bf16_tile<1, N>(w, r, xb, padded, i, out, p);
+}
+
 SM_TARGET_BF16 void bf16_matmul_impl(const Matrix& w, const uint16_t* xb, size_t padded, size_t n,
                                      const Output& out, size_t row_begin, size_t row_end,
                                      const MatvecParams& p) {
-  constexpr int R = Simd::kTileRows;
   constexpr int N = Simd::kTileTokens;
   if (n == 1) {
     // Decode: one pass over the rows without super-blocks (measured ~3% closer to the read
-    // bandwidth). Prefetching tiles need a next tile inside this matrix (it may be another
-    // thread's: harmless). 8-row tiles were measured no better than 4 (AMD EPYC).
-    size_t r = row_begin;
-    for (; r + R <= row_end && r + 2 * R <= w.rows; r += R) {
-      bf16_tile<R, 1, true>(w, r, xb, padded, 0, out, p);
-    }
-    for (; r + R <= row_end; r += R) bf16_tile<R, 1>(w, r, xb, padded, 0, out, p);
-    for (; r < row_end; ++r) bf16_tile<1, 1>(w, r, xb, padded, 0, out, p);
+    // bandwidth). 8-row tiles were measured no better than 4 (AMD EPYC).
+    bf16_rows<1>(w, row_begin, row_end, true, xb, padded, 0, out, p);
     return;
   }
   for (size_t sb = row_begin; sb < row_end; sb += kSuperRows) {
     const size_t se = std::min(sb + kSuperRows, row_end);
-    // The first pass over a super-block's rows reads them from memory, the later ones from L2:
-    // only the first prefetches, as decode does.
     size_t i = 0;
-    for (; i + N <= n; i += N) {
-      size_t r = sb;
-      if (i == 0) {
-        for (; r + R <= se && r + 2 * R <= w.rows; r += R) {
-          bf16_tile<R, N, true>(w, r, xb, padded, i, out, p);
-        }
-      }
-      for (; r + R <= se; r += R) bf16_tile<R, N>(w, r, xb, padded, i, out, p);
-      for (; r < se; ++r) bf16_tile<1, N>(w, r, xb, padded, i, out, p);
-    }
-    for (; i < n; ++i) {
-      size_t r = sb;
-      if (i == 0) {
-        for (; r + R <= se && r + 2 * R <= w.rows; r += R) {
-          bf16_tile<R, 1, true>(w, r, xb, padded, i, out, p);
-        }
-      }
-      for (; r + R <= se; r += R) bf16_tile<R, 1>(w, r, xb, padded, i, out, p);
-      for (; r < se; ++r) bf16_tile<1, 1>(w, r, xb, padded, i, out, p);
-    }
+    for (; i + N <= n; i += N) bf16_rows<N>(w, sb, se, i == 0, xb, padded, i, out, p);
+    for (; i < n; ++i) bf16_rows<1>(w, sb, se, i == 0, xb, padded, i, out, p);
   }
 }
 

@@ -218,15 +218,29 @@ TEST(Simulator, InvariantsHoldOnRandomTracesForEveryPolicy) {
   }
 }
 
+// A slow link (a copy takes longer than a layer's compute) over a calibrated synthetic trace:
+// where prefetches wait, so that physical-only options change something.
+struct SlowLinkCase {
+  SyntheticTrace held_out = testing::make_trace(4, 16, 4, 300, 3, 99);
+  policy::Calibration calib = testing::calibrate(held_out);
+  SyntheticTrace trace = testing::make_trace(4, 16, 4, 240, 2, 5);
+  HardwareProfile p = tiny_profile(0.25);
+};
+
+// What a physical-only option must keep: the decisions, the demand copies, the logical prefetches.
+void expect_same_logical(const SimResult& got, const SimResult& want, const std::string& label) {
+  EXPECT_EQ(got.decision_hash, want.decision_hash) << label;
+  EXPECT_EQ(got.totals.demand, want.totals.demand) << label;
+  EXPECT_EQ(got.totals.prefetch_emitted, want.totals.prefetch_emitted) << label;
+}
+
 // Prefetch pacing is physical only: every pacing makes the same decisions, demand copies and
 // logical prefetches, and keeps the timing model's invariants; on a link slow enough that
 // prefetches wait, deferring those found unused at their layer saves copies (demand pacing never
 // copies them in the background).
 TEST(Simulator, PrefetchPacingChangesCopiesNotDecisions) {
-  const SyntheticTrace held_out = testing::make_trace(4, 16, 4, 300, 3, 99);
-  const policy::Calibration calib = testing::calibrate(held_out);
-  const SyntheticTrace trace = testing::make_trace(4, 16, 4, 240, 2, 5);
-  const HardwareProfile p = tiny_profile(0.25);  // a copy takes longer than a layer's compute
+  const SlowLinkCase c;
+  const auto& [held_out, calib, trace, p] = c;
   for (const char* text : {"psr:lambda=0.3,n=2", "psr:lambda=0.3,n=8", "exact:evict=a,n=2,w=8"}) {
     const policy::PolicyConfig config = policy::parse_policy(text);
     auto run = [&](PrefetchPacing pacing) {
@@ -240,9 +254,7 @@ TEST(Simulator, PrefetchPacingChangesCopiesNotDecisions) {
       const std::string label = std::string(text) + " pacing " + std::to_string(int(pacing));
       const SimResult r = run(pacing);
       check_invariants(r, trace, p, 8, 2, label);
-      EXPECT_EQ(r.decision_hash, fifo.decision_hash) << label;
-      EXPECT_EQ(r.totals.demand, fifo.totals.demand) << label;
-      EXPECT_EQ(r.totals.prefetch_emitted, fifo.totals.prefetch_emitted) << label;
+      expect_same_logical(r, fifo, label);
       EXPECT_GT(r.totals.prefetch_deferred, 0) << label;
       enqueued[static_cast<int>(pacing)] = r.totals.prefetch_enqueued;
     }
@@ -258,10 +270,8 @@ TEST(Simulator, PrefetchPacingChangesCopiesNotDecisions) {
 // faster: a prefetch sent early can no longer be dropped when its slot is reassigned before the
 // next boundary, so it may copy more (here up to 21% more prefetch copies).
 TEST(Simulator, EarlyPrefetchIssueChangesLatencyNotDecisions) {
-  const SyntheticTrace held_out = testing::make_trace(4, 16, 4, 300, 3, 99);
-  const policy::Calibration calib = testing::calibrate(held_out);
-  const SyntheticTrace trace = testing::make_trace(4, 16, 4, 240, 2, 5);
-  const HardwareProfile p = tiny_profile(0.25);  // a copy takes longer than a layer's compute
+  const SlowLinkCase c;
+  const auto& [held_out, calib, trace, p] = c;
   for (const char* text : {"psr:lambda=0.3,n=2", "psr:lambda=0.3,n=1", "exact:evict=a,n=2,w=8"}) {
     const policy::PolicyConfig config = policy::parse_policy(text);
     auto run = [&](PrefetchIssue issue) {
@@ -271,9 +281,7 @@ TEST(Simulator, EarlyPrefetchIssueChangesLatencyNotDecisions) {
     const SimResult boundary = run(PrefetchIssue::kBoundary);
     const SimResult early = run(PrefetchIssue::kEarly);
     check_invariants(early, trace, p, 8, 1, text);
-    EXPECT_EQ(early.decision_hash, boundary.decision_hash) << text;
-    EXPECT_EQ(early.totals.demand, boundary.totals.demand) << text;
-    EXPECT_EQ(early.totals.prefetch_emitted, boundary.totals.prefetch_emitted) << text;
+    expect_same_logical(early, boundary, text);
     EXPECT_GE(early.totals.prefetch_enqueued, boundary.totals.prefetch_enqueued) << text;
     EXPECT_LE(early.totals.prefetch_dropped, boundary.totals.prefetch_dropped) << text;
     EXPECT_LT(early.totals.prefetch_forced, boundary.totals.prefetch_forced) << text;
