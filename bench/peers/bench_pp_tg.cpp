@@ -2,6 +2,7 @@
 // llama.cpp's llama-bench, on the same GGUF, so that the two are timed alike.
 //
 //   bench_pp_tg -m MODEL [-t THREADS] [-p PROMPT_TOKENS] [-n GEN_TOKENS] [-r REPS] [-b MAX_BATCH]
+//               [--floor]
 //   bench_pp_tg --bandwidth [-t THREADS]
 //
 // -p N (N > 0, -n 0): prefill ("pp"): N tokens from an empty context in one prefill() (batches of
@@ -10,6 +11,9 @@
 // time. As llama-bench: one untimed warm-up run of the same test first, then REPS timed runs,
 // pseudo-random token ids. Every expert is resident (the all-resident floor of the engine).
 // --bandwidth prints the best of 3 read passes over 1 GiB (bytes/s) with THREADS threads.
+// --floor (decode) runs that probe just before every timed run and reports each run's fraction
+// of the floor against it: a virtual machine's read bandwidth moves by 10-20% within seconds,
+// so a probe taken minutes earlier cannot tell a slow kernel from a slow moment.
 // Output: one JSON object on stdout.
 #include <algorithm>
 #include <cerrno>
@@ -39,11 +43,13 @@ struct Args {
   int gen = 0;
   int reps = 3;
   bool bandwidth = false;
-  int batch = 0;  // 0: the engine's default max_batch
+  bool floor = false;  // --floor: a read probe before every timed decode run
+  int batch = 0;       // 0: the engine's default max_batch
 };
 
 constexpr const char* kUsage = R"(usage:
   bench_pp_tg -m MODEL [-t THREADS] [-p PROMPT_TOKENS | -n GEN_TOKENS] [-r REPS] [-b MAX_BATCH]
+              [--floor]
   bench_pp_tg --bandwidth [-t THREADS]
 
 The steermoe side of bench/peers/compare.py: llama-bench's tests on the same GGUF file, every
@@ -56,6 +62,9 @@ expert resident. Prints one JSON object.
   -r REPS         timed runs after one untimed warm-up (default 3)
   -b MAX_BATCH    the engine's prefill batch (default: the engine's own, reported as max_batch)
   --bandwidth     best of 3 read passes over 1 GiB with THREADS threads (bytes/s)
+  --floor         decode only: that probe again just before every timed run; adds
+                  read_bytes_per_s and fraction_of_floor (tok/s x bytes_per_token / probe), one
+                  per run
   -h, --help      this text
 STEERMOE_KERNELS=scalar|avx2|avx512|avx512bf16 forces a kernel path.
 )";
@@ -96,6 +105,8 @@ Args parse(int argc, char** argv) {
       a.batch = parse_count(k, next());
     } else if (k == "--bandwidth") {
       a.bandwidth = true;
+    } else if (k == "--floor") {
+      a.floor = true;
     } else {
       throw std::runtime_error("unknown argument " + k + " (--help lists the options)");
     }
@@ -103,15 +114,18 @@ Args parse(int argc, char** argv) {
   if (!a.bandwidth && (a.model.empty() || (a.prompt > 0) == (a.gen > 0))) {
     throw std::runtime_error("expected -m MODEL and exactly one of -p N, -n N");
   }
+  if (a.floor && (a.bandwidth || a.gen == 0)) {
+    throw std::runtime_error("--floor: expected a decode test (-n N), the floor is a decode's");
+  }
   a.threads = std::max(1, a.threads);
   a.reps = std::max(1, a.reps);
   return a;
 }
 
-// Best of 3 passes over `bytes`, split over `threads` threads (bytes/s).
-double read_bandwidth(int threads, size_t bytes) {
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> buf(n, 1.0f);
+// Best of 3 passes over `buf`, split over `threads` threads (bytes/s).
+double read_bandwidth(int threads, const std::vector<float>& buf) {
+  const size_t n = buf.size();
+  const size_t bytes = n * sizeof(float);
   const bool avx512 = __builtin_cpu_supports("avx512f");
   std::vector<float> part(static_cast<size_t>(threads));
   double best = 0.0;
@@ -165,7 +179,8 @@ int main(int argc, char** argv) {
     out["isa"] = std::string(steermoe::kernels::isa_name(steermoe::kernels::active_isa()));
     out["threads"] = a.threads;
     if (a.bandwidth) {
-      out["read_bytes_per_s"] = read_bandwidth(a.threads, size_t{1} << 30);
+      const std::vector<float> probe((size_t{1} << 30) / sizeof(float), 1.0f);
+      out["read_bytes_per_s"] = read_bandwidth(a.threads, probe);
       std::printf("%s\n", steermoe::dump_json(out).c_str());
       return 0;
     }
@@ -177,15 +192,25 @@ int main(int argc, char** argv) {
     steermoe::engine::Engine engine(*model, params);
     uint32_t seed = 12345;
     run_once(engine, a, seed, vocab);  // warm-up (maps the pages, grows scratch)
-    std::vector<double> tok_s;
+    // Filled before the timed runs, so the probe's pages are not first touched between them.
+    const std::vector<float> probe(a.floor ? (size_t{1} << 30) / sizeof(float) : 0, 1.0f);
+    const double bytes_per_token = static_cast<double>(model->bytes_per_token());
+    std::vector<double> tok_s, read_bytes_per_s, fraction_of_floor;
     for (int r = 0; r < a.reps; ++r) {
+      if (a.floor) read_bytes_per_s.push_back(read_bandwidth(a.threads, probe));
       const double s = run_once(engine, a, seed, vocab);
       tok_s.push_back(static_cast<double>(a.prompt > 0 ? a.prompt : a.gen) / s);
+      if (a.floor)
+        fraction_of_floor.push_back(tok_s.back() * bytes_per_token / read_bytes_per_s.back());
     }
     out["model"] = a.model;
     out["test"] = a.prompt > 0 ? "pp" + std::to_string(a.prompt) : "tg" + std::to_string(a.gen);
     out["bytes_per_token"] = model->bytes_per_token();
     out["tok_s"] = tok_s;
+    if (a.floor) {
+      out["read_bytes_per_s"] = read_bytes_per_s;
+      out["fraction_of_floor"] = fraction_of_floor;
+    }
     std::printf("%s\n", steermoe::dump_json(out).c_str());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_pp_tg: %s\n", e.what());

@@ -13,9 +13,10 @@ Both take one untimed warm-up run and --reps timed runs from an empty context; a
 is the median of its reps. Reported per (type, threads, test): each engine's tok/s (median and
 range over rounds), the ratio steermoe / llama.cpp per round (median and range: the interval),
 and for decode the fraction of the memory floor (tok/s x bytes one token reads / read
-bandwidth with the same thread count): against the bandwidth measured at start, and per round
+bandwidth with the same thread count): against the bandwidth measured at start, per round
 against the bandwidth measured just before that round (a virtual machine's drifts by 10-20%
-over minutes). One type's file is read into the page
+over minutes), and for steermoe per timed run against a probe just before it (`bench_pp_tg
+--floor`: steermoe_fraction_of_paired_floor, per round the median of its runs). One type's file is read into the page
 cache before its rounds, so the file sizes need not all fit in memory at once.
 
 Measure on a quiet machine: --max-load (default 1.5) waits before each type until the 1-minute
@@ -108,9 +109,12 @@ def steermoe_run(a, path, threads, test, n):
     env = dict(os.environ)
     if a.kernels:
         env["STEERMOE_KERNELS"] = a.kernels
+    # Decode: --floor probes the read bandwidth just before every timed run (paired floor).
+    floor = ["--floor"] if test == "tg" else []
     out = json.loads(run([a.bench_pp_tg, "-m", path, "-t", str(threads), flag, str(n), "-r",
-                          str(a.reps)], env))
-    return statistics.median(out["tok_s"]), out["bytes_per_token"], out["isa"]
+                          str(a.reps)] + floor, env))
+    paired = statistics.median(out["fraction_of_floor"]) if floor else None
+    return statistics.median(out["tok_s"]), out["bytes_per_token"], out["isa"], paired
 
 
 def llama_run(a, path, threads, test, n):
@@ -139,7 +143,7 @@ def bench_type(a, t, path, bandwidth, results, meta):
         for test, n in (("tg", a.tg), ("pp", a.pp)):
             if n <= 0:  # --tg 0 / --pp 0: that test is not run
                 continue
-            ours, theirs, round_bw = [], [], []
+            ours, theirs, round_bw, paired = [], [], [], []
             bytes_per_token = 0
             for r in range(a.rounds):
                 order = ("steermoe", "llama") if r % 2 == 0 else ("llama", "steermoe")
@@ -147,9 +151,10 @@ def bench_type(a, t, path, bandwidth, results, meta):
                     round_bw.append(read_bandwidth(a, threads))
                 for who in order:
                     if who == "steermoe":
-                        v, bytes_per_token, meta["steermoe_isa"] = steermoe_run(
+                        v, bytes_per_token, meta["steermoe_isa"], f = steermoe_run(
                             a, path, threads, test, n)
                         ours.append(v)
+                        paired.append(f)
                     else:
                         v, meta["llama_commit"] = llama_run(a, path, threads, test, n)
                         theirs.append(v)
@@ -167,6 +172,9 @@ def bench_type(a, t, path, bandwidth, results, meta):
                     [o * bytes_per_token / b for o, b in zip(ours, round_bw)])
                 row["llama_fraction_of_round_floor"] = summary(
                     [o * bytes_per_token / b for o, b in zip(theirs, round_bw)])
+                # steermoe's runs each against a probe just before it (bench_pp_tg --floor):
+                # per round the median over its reps. llama-bench cannot be paired this way.
+                row["steermoe_fraction_of_paired_floor"] = summary(paired)
             results.append(row)
             log(json.dumps({k: row[k] for k in ("type", "threads", "test")}),
                 f"ratio {row['ratio']['median']:.3f}")
