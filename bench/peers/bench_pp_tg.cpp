@@ -10,7 +10,8 @@
 // one at a time from an empty context, each computing the logits, timed together; tok/s = N /
 // time. As llama-bench: one untimed warm-up run of the same test first, then REPS timed runs,
 // pseudo-random token ids. Every expert is resident (the all-resident floor of the engine).
-// --bandwidth prints the best of 3 read passes over 1 GiB (bytes/s) with THREADS threads.
+// --bandwidth prints the best of 3 read passes of each kind (plain, prefetching) over 1 GiB
+// (bytes/s) with THREADS threads.
 // --floor (decode) runs that probe just before every timed run and reports each run's fraction
 // of the floor against it: a virtual machine's read bandwidth moves by 10-20% within seconds,
 // so a probe taken minutes earlier cannot tell a slow kernel from a slow moment.
@@ -61,7 +62,8 @@ expert resident. Prints one JSON object.
   -n N            decode test: N tokens one at a time from an empty context
   -r REPS         timed runs after one untimed warm-up (default 3)
   -b MAX_BATCH    the engine's prefill batch (default: the engine's own, reported as max_batch)
-  --bandwidth     best of 3 read passes over 1 GiB with THREADS threads (bytes/s)
+  --bandwidth     best of 3 plain and 3 prefetching read passes over 1 GiB with THREADS threads
+                  (bytes/s)
   --floor         decode only: that probe again just before every timed run; adds
                   read_bytes_per_s and fraction_of_floor (tok/s x bytes_per_token / probe), one
                   per run
@@ -122,14 +124,16 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// Best of 3 passes over `buf`, split over `threads` threads (bytes/s).
+// Best of 3 passes of each kind (plain, prefetching: read_sum.hpp) over `buf`, split over
+// `threads` threads (bytes/s).
 double read_bandwidth(int threads, const std::vector<float>& buf) {
   const size_t n = buf.size();
   const size_t bytes = n * sizeof(float);
   const bool avx512 = __builtin_cpu_supports("avx512f");
   std::vector<float> part(static_cast<size_t>(threads));
   double best = 0.0;
-  for (int rep = 0; rep < 3; ++rep) {
+  for (int pass = 0; pass < 6; ++pass) {
+    const bool prefetch = pass % 2 == 1;
     const auto t0 = Clock::now();
     std::vector<std::thread> pool;
     for (int t = 0; t < threads; ++t) {
@@ -137,8 +141,7 @@ double read_bandwidth(int threads, const std::vector<float>& buf) {
         const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
         const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
         part[static_cast<size_t>(t)] =
-            avx512 ? steermoe::bench::read_sum_avx512(&buf[begin], end - begin)
-                   : steermoe::bench::read_sum_avx2(&buf[begin], end - begin);
+            steermoe::bench::read_sum(&buf[begin], end - begin, avx512, prefetch);
       });
     }
     for (auto& th : pool) th.join();

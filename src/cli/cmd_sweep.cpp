@@ -36,6 +36,7 @@ struct SweepCli {
   std::vector<double> residencies;
   int rounds = 3, windows = 4, window_len = 256, max_windows = 0, threads = 1, max_inflight = 2;
   std::string link = "resident", calib, plot = "tools/plot/plot.py", python = "/usr/bin/python3";
+  std::string pacing = "fifo", issue = "boundary";  // bench/kl --prefetch-pacing / -issue
   bool token_ms = false, no_bench = false, no_kl = false;
 };
 
@@ -104,23 +105,37 @@ void run_sweep(const SweepCli& o) {
                      {"max_inflight", o.max_inflight},
                      {"calib", o.calib},
                      {"token_ms", o.token_ms}};
+  // Options added later are recorded only when not at their default, so that a folder written
+  // before them (which ran at the default) stays resumable.
+  json recorded = options;
+  if (o.pacing != "fifo") recorded["prefetch_pacing"] = o.pacing;
+  if (o.issue != "boundary") recorded["prefetch_issue"] = o.issue;
   const fs::path meta = dir / "sweep.json";
   if (fs::exists(meta)) {
     const json old = read_json(meta);
-    for (const auto& [key, value] : options.items())
-      if (!old.contains(key) || old[key] != value)
+    json keys = recorded;  // both ways: an option this run leaves at its default counts too
+    for (const auto& [key, value] : old.items()) keys[key] = value;
+    for (const auto& [key, unused] : keys.items())
+      if (old.value(key, json()) != recorded.value(key, json()))
         fail(meta.string(), key,
              "expected {} as in the earlier run of this folder, found {} (use "
              "another -o)",
-             old.contains(key) ? dump_json(old[key]) : "null", dump_json(value));
+             old.contains(key) ? dump_json(old[key]) : "the default",
+             recorded.contains(key) ? dump_json(recorded[key]) : "the default");
   } else {
-    write_json(meta, options);
+    write_json(meta, recorded);
   }
 
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::vector<std::string> common{"-m", o.model, "-t", std::to_string(o.threads)};
-  std::vector<std::string> engine{"--link", o.link, "--max-inflight",
-                                  std::to_string(o.max_inflight)};
+  std::vector<std::string> engine{"--link",
+                                  o.link,
+                                  "--max-inflight",
+                                  std::to_string(o.max_inflight),
+                                  "--prefetch-pacing",
+                                  o.pacing,
+                                  "--prefetch-issue",
+                                  o.issue};
   if (!o.calib.empty()) engine.insert(engine.end(), {"--calib", o.calib});
 
   const size_t total =
@@ -196,6 +211,8 @@ void run_sweep(const SweepCli& o) {
     write_json(dir / "kl.json", {{"schema", "steermoe.kl/1"}, {"configurations", kl_configs}});
   if (!o.no_bench) {
     json b = options;
+    b["prefetch_pacing"] = o.pacing;
+    b["prefetch_issue"] = o.issue;
     b["schema"] = "steermoe.bench/1";
     b["note"] = "each point timed by its own `steermoe bench` run (not interleaved across points)";
     b["configurations"] = bench_configs;
@@ -259,6 +276,14 @@ void add_sweep_command(CLI::App& root) {
   cmd->add_option("--link", o->link, "Where experts live (bench/kl --link)");
   cmd->add_option("--max-inflight", o->max_inflight, "Prefetch copies in flight")
       ->check(CLI::Range(1, 1024));
+  cmd->add_option("--prefetch-pacing", o->pacing,
+                  "bench/kl --prefetch-pacing of every point: fifo | defer | demand (latency only)")
+      ->check(CLI::IsMember({"fifo", "defer", "demand"}))
+      ->capture_default_str();
+  cmd->add_option("--prefetch-issue", o->issue,
+                  "bench/kl --prefetch-issue of every point: boundary | early (latency only)")
+      ->check(CLI::IsMember({"boundary", "early"}))
+      ->capture_default_str();
   cmd->add_option("--calib", o->calib, "Calibration (.smcal); default: the model's calib.smcal");
   cmd->add_flag("--token-ms", o->token_ms, "bench: keep every token's latency (CDF plots)");
   cmd->add_flag("--no-bench", o->no_bench, "Only kl");

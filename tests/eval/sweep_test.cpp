@@ -71,6 +71,48 @@ TEST(Sweep, RunsEveryPointMergesAndResumes) {
   const auto other = testing::run_cli(changed);
   EXPECT_NE(other.status, 0);
   EXPECT_THAT(other.output, ::testing::HasSubstr("window_len"));
+
+  // A folder run at the default prefetch issue refuses a rerun with another one.
+  const auto early = testing::run_cli(args + " --prefetch-issue early");
+  EXPECT_NE(early.status, 0);
+  EXPECT_THAT(early.output, ::testing::HasSubstr("prefetch_issue"));
+  fs::remove_all(dir);
+}
+
+// --prefetch-pacing / --prefetch-issue reach every point's bench (its JSON header records them),
+// the merged bench.json names them, and a rerun at the defaults is refused naming the option.
+TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
+  const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_modes";
+  fs::remove_all(dir);
+  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
+  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string base = "sweep -m " + model + " -f " + text +
+                           " --grid psr:lambda=0.3,n=2 --cache 16 --link emulated:20 --rounds 1"
+                           " --windows 1 --window-len 16 --no-kl --plot none -o " +
+                           dir.string();
+  const auto run = testing::run_cli(base + " --prefetch-pacing defer --prefetch-issue early");
+  ASSERT_EQ(run.status, 0) << run.output;
+  int points = 0;
+  for (const auto& entry : fs::directory_iterator(dir / "points")) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("floor", 0) == 0) continue;  // the resident floor copies nothing
+    const json point = read(entry.path());
+    EXPECT_EQ(point.at("prefetch_pacing"), "defer") << name;
+    EXPECT_EQ(point.at("prefetch_issue"), "early") << name;
+    ++points;
+  }
+  EXPECT_EQ(points, 1);
+  const json bench = read(dir / "bench.json");
+  EXPECT_EQ(bench.at("prefetch_pacing"), "defer");
+  EXPECT_EQ(bench.at("prefetch_issue"), "early");
+
+  const auto resumed = testing::run_cli(base + " --prefetch-pacing defer --prefetch-issue early");
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_THAT(resumed.output, ::testing::HasSubstr("2 points, 2 done earlier"));
+  const auto defaults = testing::run_cli(base + " --prefetch-pacing defer");
+  EXPECT_NE(defaults.status, 0);
+  EXPECT_THAT(defaults.output, ::testing::HasSubstr("prefetch_issue"));
+  EXPECT_THAT(defaults.output, ::testing::HasSubstr("the default"));
   fs::remove_all(dir);
 }
 
