@@ -8,7 +8,11 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
+#include <thread>
+#include <vector>
 
 namespace steermoe::bench {
 
@@ -63,6 +67,48 @@ __attribute__((target("avx2"))) inline float read_sum_avx2(const float* p, size_
 inline float read_sum(const float* p, size_t n, bool avx512, bool prefetch) {
   if (avx512) return prefetch ? read_sum_avx512<true>(p, n) : read_sum_avx512<false>(p, n);
   return prefetch ? read_sum_avx2<true>(p, n) : read_sum_avx2<false>(p, n);
+}
+
+// Seconds of the floor over p[0, n): the faster of a plain and a prefetching pass, each timed by
+// `seconds` (a clock in seconds: a benchmark's thread CPU time, say).
+template <class Seconds>
+double fastest_read_seconds(const float* p, size_t n, bool avx512, Seconds seconds) {
+  double best = 0.0;
+  for (const bool prefetch : {false, true}) {
+    const double t0 = seconds();
+    volatile float sink = read_sum(p, n, avx512, prefetch);
+    (void)sink;
+    const double t = seconds() - t0;
+    best = prefetch ? std::min(best, t) : t;
+  }
+  return best;
+}
+
+// Best read bandwidth (bytes/s, wall clock) of `passes_each` plain and as many prefetching
+// passes over `buf`, split over `threads` threads.
+inline double read_bandwidth(const std::vector<float>& buf, int threads, int passes_each) {
+  const size_t n = buf.size();
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  std::vector<float> part(static_cast<size_t>(threads));
+  double best = 0.0;
+  for (int pass = 0; pass < 2 * passes_each; ++pass) {
+    const bool prefetch = pass % 2 == 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
+        const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
+        part[static_cast<size_t>(t)] = read_sum(&buf[begin], end - begin, avx512, prefetch);
+      });
+    }
+    for (auto& th : pool) th.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, static_cast<double>(n * sizeof(float)) / s);
+  }
+  volatile float sink = 0.0f;
+  for (float v : part) sink = sink + v;
+  return best;
 }
 
 }  // namespace steermoe::bench

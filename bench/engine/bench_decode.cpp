@@ -48,33 +48,11 @@ double process_cpu_seconds() {
   return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
 }
 
-// Best read bandwidth (bytes/s) of 2 plain and 2 prefetching passes (read_sum.hpp) summing a
+// Best read bandwidth (bytes/s) of 2 plain and 2 prefetching passes (read_sum.hpp) over a
 // buffer far larger than the caches.
 double read_bandwidth(int threads, size_t bytes) {
-  const size_t n = bytes / sizeof(float);
-  std::vector<float> buf(n, 1.0f);
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  volatile float sink = 0.0f;
-  double best = 0.0;
-  for (int pass = 0; pass < 4; ++pass) {
-    const bool prefetch = pass % 2 == 1;
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    std::vector<float> part(static_cast<size_t>(threads));
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
-        const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-        part[static_cast<size_t>(t)] =
-            steermoe::bench::read_sum(&buf[begin], end - begin, avx512, prefetch);
-      });
-    }
-    for (auto& th : pool) th.join();
-    const double s = seconds_since(t0);
-    for (float v : part) sink = sink + v;
-    best = std::max(best, static_cast<double>(bytes) / s);
-  }
-  return best;
+  const std::vector<float> buf(bytes / sizeof(float), 1.0f);
+  return steermoe::bench::read_bandwidth(buf, threads, 2);
 }
 
 uint64_t mem_available_bytes() {

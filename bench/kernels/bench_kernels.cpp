@@ -192,15 +192,9 @@ void BM_MatvecVsReadBandwidth(benchmark::State& state) {
   double sum_seconds = 0.0, matvec_seconds = 0.0;
   for (auto _ : state) {
     // The floor: the faster of a plain and a prefetching read pass (read_sum.hpp).
-    double read_seconds = 0.0;
-    for (const bool prefetch : {false, true}) {
-      const double r0 = thread_cpu_seconds();
-      benchmark::DoNotOptimize(steermoe::bench::read_sum(
-          reinterpret_cast<const float*>(weights.data()), count * matrix_bytes / sizeof(float),
-          /*avx512=*/true, prefetch));
-      const double r = thread_cpu_seconds() - r0;
-      read_seconds = prefetch ? std::min(read_seconds, r) : r;
-    }
+    const double read_seconds = steermoe::bench::fastest_read_seconds(
+        reinterpret_cast<const float*>(weights.data()), count * matrix_bytes / sizeof(float),
+        /*avx512=*/true, thread_cpu_seconds);
     const double t1 = thread_cpu_seconds();
     for (size_t m = 0; m < count; ++m) {
       const Matrix w{.data = reinterpret_cast<const char*>(weights.data()) + m * matrix_bytes,

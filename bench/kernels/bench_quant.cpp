@@ -114,13 +114,8 @@ void BM_QuantMatvecVsRead(benchmark::State& state) {
     // The floor: the faster of a plain and a prefetching read pass (read_sum.hpp).
     const auto* f = reinterpret_cast<const float*>(w.data());
     const size_t nf = count * bytes / sizeof(float);
-    double read_seconds = 0.0;
-    for (const bool prefetch : {false, true}) {
-      const double r0 = thread_cpu_seconds();
-      benchmark::DoNotOptimize(steermoe::bench::read_sum(f, nf, avx512, prefetch));
-      const double r = thread_cpu_seconds() - r0;
-      read_seconds = prefetch ? std::min(read_seconds, r) : r;
-    }
+    const double read_seconds =
+        steermoe::bench::fastest_read_seconds(f, nf, avx512, thread_cpu_seconds);
     const double t1 = thread_cpu_seconds();
     for (size_t i = 0; i < count; ++i) {
       m.data = w.data() + i * bytes;

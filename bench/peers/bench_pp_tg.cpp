@@ -124,35 +124,6 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-// Best of 3 passes of each kind (plain, prefetching: read_sum.hpp) over `buf`, split over
-// `threads` threads (bytes/s).
-double read_bandwidth(int threads, const std::vector<float>& buf) {
-  const size_t n = buf.size();
-  const size_t bytes = n * sizeof(float);
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  std::vector<float> part(static_cast<size_t>(threads));
-  double best = 0.0;
-  for (int pass = 0; pass < 6; ++pass) {
-    const bool prefetch = pass % 2 == 1;
-    const auto t0 = Clock::now();
-    std::vector<std::thread> pool;
-    for (int t = 0; t < threads; ++t) {
-      pool.emplace_back([&, t] {
-        const size_t begin = n * static_cast<size_t>(t) / static_cast<size_t>(threads);
-        const size_t end = n * static_cast<size_t>(t + 1) / static_cast<size_t>(threads);
-        part[static_cast<size_t>(t)] =
-            steermoe::bench::read_sum(&buf[begin], end - begin, avx512, prefetch);
-      });
-    }
-    for (auto& th : pool) th.join();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::max(best, static_cast<double>(bytes) / s);
-  }
-  volatile float sink = 0.0f;
-  for (float v : part) sink = sink + v;
-  return best;
-}
-
 // One test run: seconds for the prefill of `prompt` tokens or the decode of `gen` tokens.
 double run_once(steermoe::engine::Engine& engine, const Args& a, uint32_t& seed, int vocab) {
   auto next_token = [&] {
@@ -183,7 +154,7 @@ int main(int argc, char** argv) {
     out["threads"] = a.threads;
     if (a.bandwidth) {
       const std::vector<float> probe((size_t{1} << 30) / sizeof(float), 1.0f);
-      out["read_bytes_per_s"] = read_bandwidth(a.threads, probe);
+      out["read_bytes_per_s"] = steermoe::bench::read_bandwidth(probe, a.threads, 3);
       std::printf("%s\n", steermoe::dump_json(out).c_str());
       return 0;
     }
@@ -200,7 +171,7 @@ int main(int argc, char** argv) {
     const double bytes_per_token = static_cast<double>(model->bytes_per_token());
     std::vector<double> tok_s, read_bytes_per_s, fraction_of_floor;
     for (int r = 0; r < a.reps; ++r) {
-      if (a.floor) read_bytes_per_s.push_back(read_bandwidth(a.threads, probe));
+      if (a.floor) read_bytes_per_s.push_back(steermoe::bench::read_bandwidth(probe, a.threads, 3));
       const double s = run_once(engine, a, seed, vocab);
       tok_s.push_back(static_cast<double>(a.prompt > 0 ? a.prompt : a.gen) / s);
       if (a.floor)
