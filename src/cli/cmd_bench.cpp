@@ -105,14 +105,13 @@ struct BenchCli {
   bool token_ms = false;
   std::string json;
   std::string scores_from;
-  std::string predict;      // --predict PROFILE: the simulator's prediction beside each row
-  std::string profile_out;  // steermoe profile -o: a hardware profile from the first row
+  std::string predict;       // --predict PROFILE: the simulator's prediction beside each row
+  int probe_rounds_mib = 0;  // --probe-rounds MIB: a disk probe before every timed round
+  std::string profile_out;   // steermoe profile -o: a hardware profile from the first row
   EngineOptions engine;
   SpecOptions spec;
 };
 
-// The simulator's ms/token for each configuration, from the routing the bench recorded (the same
-// tokens, router and pre-gate scores, windows as sequences) and `profile`'s durations.
 // The link rate a configuration's rounds reached with a copy in flight (mean over rounds; 0 where
 // the link does not measure its busy time or nothing was copied).
 double row_link_rate(const eval::BenchResult& b) {
@@ -126,54 +125,41 @@ double row_link_rate(const eval::BenchResult& b) {
   return n > 0 ? sum / n * 1e9 : 0.0;
 }
 
-// `own_link`: each row simulated with the profile's compute and, for its link, the rate that row
-// reached (row_link_rate; one stream, no latency: the busy time it measured), so that a disk
-// whose rate drifts between runs (a virtual disk's bursts) does not hide whether the timing model
-// places copies, overlap and stalls right. Rows without a measured rate get 0 (no prediction).
-std::vector<double> predict_ms(const std::vector<eval::BenchResult>& results,
-                               const std::vector<schedule::OffloadConfig>& offloads,
-                               const policy::RouterSpec& spec,
-                               const schedule::HardwareProfile& measured_profile, bool own_link) {
-  std::vector<double> out;
-  for (size_t c = 0; c < results.size(); ++c) {
-    const eval::BenchResult& b = results[c];
-    schedule::HardwareProfile profile = measured_profile;
-    if (own_link && !b.config.resident) {
-      const double rate = row_link_rate(b);
-      if (rate <= 0) {
-        out.push_back(0.0);
-        continue;
-      }
-      profile.link_bandwidth_bytes_per_s = rate;
-      profile.link_latency_s = 0;
-      profile.link_channels = 1;
-      profile.link_pipelined = true;
-    }
-    if (!b.config.unavailable.empty() || b.record.steps() == 0) {
-      out.push_back(0.0);
-      continue;
-    }
-    if (b.config.resident) {  // every expert resident: the profile's compute floor
-      out.push_back(profile.resident_token_seconds(spec.layers, spec.top_k) * 1e3);
-      continue;
-    }
-    const engine::RoutingRecord& r = b.record;
-    const schedule::TraceView view{.layers = r.moe_layers,
-                                   .experts = r.experts,
-                                   .tokens = r.tokens,
-                                   .scores = r.scores,
-                                   .pregate = r.pregate,
-                                   .sequence_starts = r.sequence_starts};
-    const schedule::OffloadConfig& o = offloads[c];
-    const schedule::SimResult sim =
-        schedule::simulate(spec, o.policy, *o.calibration, profile, view,
-                           {.cache_slots = o.cache_slots,
-                            .max_inflight = o.max_inflight,
-                            .pacing = o.pacing,
-                            .issue = o.issue});
-    out.push_back(sim.mean_s * 1e3);
-  }
-  return out;
+// The simulator's ms/token for configuration `b` over the routing the bench recorded (the same
+// tokens, router and pre-gate scores, windows as sequences) with `profile`'s durations; the
+// floor row gets the profile's compute floor; 0 where there is nothing to replay.
+double simulate_row_ms(const eval::BenchResult& b, const schedule::OffloadConfig& o,
+                       const policy::RouterSpec& spec, const schedule::HardwareProfile& profile) {
+  if (!b.config.unavailable.empty() || b.record.steps() == 0) return 0.0;
+  if (b.config.resident) return profile.resident_token_seconds(spec.layers, spec.top_k) * 1e3;
+  const engine::RoutingRecord& r = b.record;
+  const schedule::TraceView view{.layers = r.moe_layers,
+                                 .experts = r.experts,
+                                 .tokens = r.tokens,
+                                 .scores = r.scores,
+                                 .pregate = r.pregate,
+                                 .sequence_starts = r.sequence_starts};
+  const schedule::SimResult sim = schedule::simulate(spec, o.policy, *o.calibration, profile, view,
+                                                     {.cache_slots = o.cache_slots,
+                                                      .max_inflight = o.max_inflight,
+                                                      .pacing = o.pacing,
+                                                      .issue = o.issue});
+  return sim.mean_s * 1e3;
+}
+
+// With the profile's compute and, for its link, the rate the row reached (row_link_rate; one
+// stream, no latency: the busy time it measured), so that a disk whose rate drifts between runs
+// (a virtual disk's bursts) does not hide whether the timing model places copies, overlap and
+// stalls right. 0 for rows without a measured rate (the floor row included).
+double simulate_row_own_link_ms(const eval::BenchResult& b, const schedule::OffloadConfig& o,
+                                const policy::RouterSpec& spec, schedule::HardwareProfile profile) {
+  const double rate = row_link_rate(b);
+  if (b.config.resident || rate <= 0) return 0.0;
+  profile.link_bandwidth_bytes_per_s = rate;
+  profile.link_latency_s = 0;
+  profile.link_channels = 1;
+  profile.link_pipelined = true;
+  return simulate_row_ms(b, o, spec, profile);
 }
 
 // A hardware profile measured on this machine: the link from the probe, per-layer compute from
@@ -204,8 +190,7 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
     slowdown = std::clamp(1.0 - (attention + moe) / n / busy, 0.0, 0.9);
   }
   const double layers = cfg.moe_layer_count();
-  const engine::FittedLink fit =
-      engine::fit_disk_link(probe.bytes_per_s, probe.copy_latency_s, probe.expert_bytes);
+  const schedule::HardwareProfile linked = engine::with_probed_link({}, probe);
   return {{"name", name},
           {"description",
            fmt::format("measured by `steermoe profile` on {} ({}), {}; {}", machine_facts().cpu,
@@ -222,12 +207,12 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
             {"experts", cfg.experts},
             {"top_k", cfg.top_k}}},
           {"link",
-           {{"bandwidth_GBps", probe.bytes_per_s / 1e9},
-            {"latency_us", fit.latency_s * 1e6},
+           {{"bandwidth_GBps", linked.link_bandwidth_bytes_per_s / 1e9},
+            {"latency_us", linked.link_latency_s * 1e6},
             // The disk link keeps several reads in flight: their latency overlaps, and where one
             // copy alone is slower than copies back to back, several transfer at once.
-            {"pipelined", true},
-            {"channels", fit.channels},
+            {"pipelined", linked.link_pipelined},
+            {"channels", linked.link_channels},
             {"compute_slowdown", slowdown}}},
           {"expert_bytes", probe.expert_bytes},
           {"compute_us",
@@ -245,6 +230,9 @@ void run_bench_cli(const BenchCli& o) {
   if (o.generate == 0 && o.file.empty() && o.scores_from.empty())
     fail("bench", "-f",
          "expected a text file (or --scores-from TRACE, or --generate N --prompts FILE)");
+  if (o.probe_rounds_mib > 0 && o.engine.link != "disk")
+    fail("bench", "--probe-rounds", "expected --link disk (the link probed), found '{}'",
+         o.engine.link);
   const std::optional<MemoryBudget> budget = enter_memory_budget(o.engine);
   auto model = model::Model::load(o.model);
   require_moe_layers(o.model, model->config(), "bench");
@@ -391,6 +379,18 @@ void run_bench_cli(const BenchCli& o) {
                  bytes_text(static_cast<uint64_t>(probe->expert_bytes)).c_str(),
                  probe->copy_latency_s * 1e3, probe->pair_s * 1e3);
   }
+  // --probe-rounds: the disk probed right before every timed round of every configuration on it
+  // (each probe's walk starts where the last one ended, so no probe rereads the last one's bytes).
+  std::vector<std::vector<std::optional<engine::DiskProbe>>> round_probes(
+      configs.size(), std::vector<std::optional<engine::DiskProbe>>(static_cast<size_t>(o.rounds)));
+  int next_probe_start = 0;
+  const auto probe_round = [&](size_t c, int round) {
+    if (o.probe_rounds_mib == 0 || configs[c].resident) return;
+    engine::DiskProbe p =
+        engine::probe_disk_link(*model, 8, int64_t{o.probe_rounds_mib} << 20, next_probe_start);
+    next_probe_start += p.copies + 17;  // 7 copies alone and 5 pairs before the timed ones
+    round_probes[c][static_cast<size_t>(round)] = std::move(p);
+  };
   const auto make = [&](size_t index) {
     engine::EngineParams p = engine_params(o.engine, offloads.at(index), o.threads, context);
     p.score_source = supplied.get();
@@ -417,26 +417,47 @@ void run_bench_cli(const BenchCli& o) {
                        .beside = [&](size_t c) -> std::shared_ptr<void> {
                          if (c != reads_row) return nullptr;
                          return std::make_shared<engine::BackgroundReads>(*model);
-                       }},
+                       },
+                       .before_round = probe_round},
                       progress);
-  std::vector<double> predicted, predicted_own_link;
+  // Per configuration: from the profile, with the link rate the row reached, and (with
+  // --probe-rounds) the mean over rounds of each round simulated with the link probed before it.
+  std::vector<double> predicted(results.size()), predicted_own_link(results.size()),
+      predicted_probed(results.size());
+  std::vector<std::vector<double>> predicted_round(results.size());
   if (!o.predict.empty()) {
     const schedule::HardwareProfile profile = schedule::load_profile(o.predict);
     const policy::RouterSpec spec = engine::router_spec(cfg);
-    predicted = predict_ms(results, offloads, spec, profile, false);
-    predicted_own_link = predict_ms(results, offloads, spec, profile, true);
     for (size_t c = 0; c < results.size(); ++c) {
+      const eval::BenchResult& b = results[c];
+      predicted[c] = simulate_row_ms(b, offloads[c], spec, profile);
+      predicted_own_link[c] = simulate_row_own_link_ms(b, offloads[c], spec, profile);
+      double sum = 0, measured_probed = 0;
+      int n = 0;
+      for (size_t r = 0; r < b.rounds.size(); ++r) {
+        const std::optional<engine::DiskProbe>& p = round_probes[c][r];
+        predicted_round[c].push_back(
+            p ? simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(profile, *p)) : 0.0);
+        if (predicted_round[c].back() <= 0) continue;
+        sum += predicted_round[c].back();
+        measured_probed += b.rounds[r].mean_ms;
+        ++n;
+      }
+      if (n > 0) predicted_probed[c] = sum / n;
       if (predicted[c] <= 0) continue;
       double measured = 0;
-      for (const eval::BenchRound& r : results[c].rounds) measured += r.mean_ms;
-      measured /= static_cast<double>(std::max<size_t>(results[c].rounds.size(), 1));
+      for (const eval::BenchRound& r : b.rounds) measured += r.mean_ms;
+      measured /= static_cast<double>(std::max<size_t>(b.rounds.size(), 1));
       std::string own;
-      if (predicted_own_link[c] > 0 && !results[c].config.resident)
+      if (predicted_own_link[c] > 0)
         own = fmt::format("; with the link rate this row reached ({:.2f} GB/s) {:.3f} ({:+.1f}%)",
-                          row_link_rate(results[c]) / 1e9, predicted_own_link[c],
+                          row_link_rate(b) / 1e9, predicted_own_link[c],
                           100.0 * (predicted_own_link[c] / measured - 1.0));
+      if (predicted_probed[c] > 0)
+        own += fmt::format("; with each round's probed link {:.3f} ({:+.1f}%)", predicted_probed[c],
+                           100.0 * (predicted_probed[c] / (measured_probed / n) - 1.0));
       std::fprintf(stderr, "bench: %s: measured %.3f ms/token, simulated %.3f (%+.1f%%)%s\n",
-                   results[c].config.name.c_str(), measured, predicted[c],
+                   b.config.name.c_str(), measured, predicted[c],
                    100.0 * (predicted[c] / measured - 1.0), own.c_str());
     }
   }
@@ -471,11 +492,25 @@ void run_bench_cli(const BenchCli& o) {
                                 {"machine", machine_json(*model, budget, probe)},
                                 {"predicted_by", o.predict}};
     nlohmann::json doc = eval::bench_json(results, header);
-    for (size_t c = 0; c < predicted.size(); ++c) {
-      if (predicted[c] > 0) doc["configurations"][c]["simulated_ms_per_token"] = predicted[c];
-      if (predicted_own_link[c] > 0 && !results[c].config.resident) {
-        doc["configurations"][c]["simulated_own_link_ms_per_token"] = predicted_own_link[c];
-        doc["configurations"][c]["link_busy_gb_per_s"] = row_link_rate(results[c]) / 1e9;
+    if (o.probe_rounds_mib > 0) doc["probe_rounds_mib"] = o.probe_rounds_mib;
+    for (size_t c = 0; c < results.size(); ++c) {
+      nlohmann::json& row = doc["configurations"][c];
+      if (predicted[c] > 0) row["simulated_ms_per_token"] = predicted[c];
+      if (predicted_own_link[c] > 0) {
+        row["simulated_own_link_ms_per_token"] = predicted_own_link[c];
+        row["link_busy_gb_per_s"] = row_link_rate(results[c]) / 1e9;
+      }
+      if (predicted_probed[c] > 0) row["simulated_probed_ms_per_token"] = predicted_probed[c];
+      for (size_t r = 0; r < results[c].rounds.size(); ++r) {
+        const std::optional<engine::DiskProbe>& p = round_probes[c][r];
+        if (!p) continue;
+        nlohmann::json& round = row["rounds"][r];
+        round["probe"] = {{"gb_per_s", p->bytes_per_s / 1e9},
+                          {"copy_latency_ms", p->copy_latency_s * 1e3},
+                          {"pair_ms", p->pair_s * 1e3},
+                          {"copies", p->copies}};
+        if (r < predicted_round[c].size() && predicted_round[c][r] > 0)
+          round["simulated_probed_ms_per_token"] = predicted_round[c][r];
       }
     }
     write_file_atomic(o.json, dump_json(doc, 1) + "\n");  // complete or absent
@@ -529,6 +564,15 @@ void add_bench_command(CLI::App& root) {
                   "reported beside the measured one (teacher forcing only); on a link that "
                   "measures its busy time (disk), a second prediction uses, in place of the "
                   "profile's link, the rate each row's copies reached");
+  cmd->add_option("--probe-rounds", o->probe_rounds_mib,
+                  "With --link disk: probe the disk right before every timed round of every "
+                  "configuration (7 copies alone, 5 pairs, then at least MIB MiB back to back, "
+                  "from experts the last probe did not read); the JSON records each round's "
+                  "probe, and with --predict each round is also simulated with the link its "
+                  "probe measured, so that a disk whose rate drifts within the run is predicted "
+                  "in the state each round found it (0: off)")
+      ->check(CLI::Range(0, 1 << 16))
+      ->capture_default_str();
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
   add_speculative_options(cmd, o->spec);
   cmd->final_callback([o] { run_bench_cli(*o); });

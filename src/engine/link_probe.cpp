@@ -31,7 +31,18 @@ FittedLink fit_disk_link(double bytes_per_s, double copy_latency_s, int64_t expe
   return fit;
 }
 
-DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_bytes) {
+schedule::HardwareProfile with_probed_link(schedule::HardwareProfile profile,
+                                           const DiskProbe& probe) {
+  const FittedLink fit = fit_disk_link(probe.bytes_per_s, probe.copy_latency_s, probe.expert_bytes);
+  profile.link_bandwidth_bytes_per_s = probe.bytes_per_s;
+  profile.link_latency_s = fit.latency_s;
+  profile.link_channels = fit.channels;
+  profile.link_pipelined = true;
+  profile.expert_bytes = probe.expert_bytes;  // what the probe's copies moved
+  return profile;
+}
+
+DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_bytes, int first) {
   const link::ExpertLayout layout = model::expert_layout(model);
   if (layout.layers() == 0) fail(model.path().string(), "experts", "expected a MoE model to probe");
   if (!layout.on_disk())
@@ -43,7 +54,9 @@ DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_byt
   link::SlotArena arena(layers, 1, layout.slot_bytes());
   link::DiskLink disk(layout, arena, {});
   std::vector<link::Ticket> in_slot(static_cast<size_t>(layers), link::kNoTicket);
-  int i = 0;
+  const int64_t distinct = static_cast<int64_t>(layers) * layout.experts();
+  int i = static_cast<int>(std::max<int64_t>(first, 0) % distinct);
+  const int start = i;
   auto copy = [&] {
     const auto [layer, expert] = nth_distinct_expert(layout, i++);
     disk.wait(in_slot[static_cast<size_t>(layer)]);
@@ -77,8 +90,8 @@ DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_byt
   // Back to back: every distinct expert at most once, at least `copies`.
   const int64_t per_copy = std::max<int64_t>(probe.expert_bytes, 1);
   const int64_t wanted = std::max<int64_t>(copies, (min_bytes + per_copy - 1) / per_copy);
-  const int64_t distinct = static_cast<int64_t>(layers) * layout.experts();
-  const auto timed = static_cast<int>(std::max<int64_t>(copies, std::min(wanted, distinct - i)));
+  const auto timed =
+      static_cast<int>(std::max<int64_t>(copies, std::min(wanted, distinct - (i - start))));
   const int64_t before = disk.bytes_read();
   const double t0 = disk.now();
   link::Ticket last = link::kNoTicket;

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "model/weights.hpp"
+#include "schedule/profile.hpp"
 
 namespace steermoe::engine {
 
@@ -34,12 +35,22 @@ struct FittedLink {
 };
 FittedLink fit_disk_link(double bytes_per_s, double copy_latency_s, int64_t expert_bytes);
 
+// `profile` with its link replaced by the one `probe` measured (fit_disk_link; pipelined, as the
+// disk link keeps several reads in flight; the probe's expert bytes); compute, host time and
+// compute_slowdown kept. The one
+// place a disk probe becomes a simulated link: `steermoe profile` writes it, `bench
+// --probe-rounds` predicts each round with the link probed just before it.
+schedule::HardwareProfile with_probed_link(schedule::HardwareProfile profile,
+                                           const DiskProbe& probe);
+
 // Times copies of distinct experts (spread over layers and experts, so no read hits what a
 // previous one read) through a DiskLink: a few alone, a few pairs, then back to back until at
 // least `copies` copies and `min_bytes` bytes (a long enough run to average a virtual disk's
-// bursts). Throws steermoe::Error when the model's experts are not stored as-is in its file(s).
+// bursts). `first`: where the walk over distinct experts starts (probes taken one after another
+// read other bytes than the last, which a virtual disk's host may still cache). Throws
+// steermoe::Error when the model's experts are not stored as-is in its file(s).
 DiskProbe probe_disk_link(const model::Model& model, int copies = 64,
-                          int64_t min_bytes = int64_t{1} << 30);
+                          int64_t min_bytes = int64_t{1} << 30, int first = 0);
 
 // While alive, a thread of its own keeps the disk link reading distinct experts of `model`, one
 // copy after another (as prefetches run beside compute): what `steermoe profile` times compute

@@ -207,6 +207,7 @@ std::vector<BenchResult> run_bench(
       // warm-up round when there is one, so the timed rounds do not pay for it.
       const bool record = options.record_routing && round == (options.warmup_rounds > 0 ? -1 : 0);
       if (record) e->set_recorder(&results[c].record);
+      if (round >= 0 && options.before_round) options.before_round(c, round);
       std::shared_ptr<void> beside = options.beside ? options.beside(c) : nullptr;
       BenchRound r = run_round(*e, sequences, options, round);
       beside.reset();

@@ -220,6 +220,95 @@ TEST(FitDiskLink, ACopyAloneSlowerThanBackToBackMeansSeveralChannels) {
   EXPECT_EQ(fit_disk_link(0, 1e-3, 4'000'000).channels, 1);    // nothing measured
 }
 
+// A probe becomes the link fit_disk_link gives, carrying the probe's copy size; the rest of the
+// profile (compute, host time, the compute slowdown beside reads) stays.
+TEST(FitDiskLink, AProbedLinkReplacesOnlyTheProfilesLink) {
+  schedule::HardwareProfile p;
+  p.link_bandwidth_bytes_per_s = 1e6;
+  p.link_latency_s = 1.0;
+  p.link_channels = 7;
+  p.link_pipelined = false;
+  p.link_compute_slowdown = 0.25;
+  p.expert_bytes = 1;
+  p.attention_s = 3e-5;
+  p.moe_per_expert_s = 4e-5;
+  p.head_s = 5e-4;
+  p.host_policy_s = 1e-6;
+  const DiskProbe probe{.bytes_per_s = 2e9, .copy_latency_s = 4.1e-3, .expert_bytes = 4'000'000};
+  const schedule::HardwareProfile q = with_probed_link(p, probe);
+  EXPECT_EQ(q.link_bandwidth_bytes_per_s, 2e9);
+  EXPECT_EQ(q.link_channels, 2);
+  EXPECT_NEAR(q.link_latency_s, 0.1e-3, 1e-9);
+  EXPECT_TRUE(q.link_pipelined);
+  EXPECT_EQ(q.expert_bytes, 4'000'000);
+  EXPECT_EQ(q.link_compute_slowdown, 0.25);
+  EXPECT_EQ(q.attention_s, 3e-5);
+  EXPECT_EQ(q.moe_per_expert_s, 4e-5);
+  EXPECT_EQ(q.head_s, 5e-4);
+  EXPECT_EQ(q.host_policy_s, 1e-6);
+}
+
+// `bench --probe-rounds`: every timed round of a disk configuration is preceded by a probe of its
+// own, recorded in the JSON, and `--predict` simulates that round with the probed link. The
+// profile given here has a link 10,000 times slower than any disk: a round predicted with it
+// instead of with its probe would be off by orders of magnitude; the row's figure is the mean of
+// its rounds'. The floor row reads nothing and is not probed.
+TEST(BenchCli, ProbeRoundsPredictEachRoundWithTheLinkProbedBeforeIt) {
+  const fs::path profile = temp("slow_link.json");
+  {
+    std::ofstream f(profile);
+    f << R"({"name": "slow_link", "description": "a link no disk is as slow as",
+             "model": {"name": "steer-olmoe-small", "layers": 8, "experts": 64, "top_k": 8},
+             "link": {"bandwidth_GBps": 0.0001, "latency_us": 10, "pipelined": true,
+                      "channels": 1, "compute_slowdown": 0},
+             "expert_bytes": 49152,
+             "compute_us": {"attention": 12, "moe_fixed": 0, "moe_per_expert": 4.5,
+                            "dense_per_token": 0, "head": 50},
+             "host_policy_us": 1.2})";
+  }
+  const fs::path out = temp("bench_probe_rounds.json");
+  const auto r = test_support::run_cli(
+      "bench -m " + kModel.string() + " -f " + kText.string() +
+      " --policy exact:evict=lru psr:lambda=0.3,n=1 --cache 24 --link disk --windows 2 "
+      "--window-len 16 --rounds 2 --probe-rounds 2 --predict " +
+      profile.string() + " --json " + out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("with each round's probed link"));
+  const json doc = read_json(out);
+  EXPECT_EQ(doc.at("probe_rounds_mib"), 2);
+  int rows = 0;
+  for (const json& c : doc.at("configurations")) {
+    const std::string name = c.at("name").get<std::string>();
+    if (c.at("resident").get<bool>()) {
+      EXPECT_FALSE(c.contains("simulated_probed_ms_per_token")) << name;
+      for (const json& round : c.at("rounds")) EXPECT_FALSE(round.contains("probe")) << name;
+      continue;
+    }
+    ++rows;
+    const double from_profile = c.at("simulated_ms_per_token").get<double>();
+    double sum = 0;
+    ASSERT_EQ(c.at("rounds").size(), 2u) << name;
+    for (const json& round : c.at("rounds")) {
+      const json& probe = round.at("probe");
+      EXPECT_GT(probe.at("gb_per_s").get<double>(), 0.001) << name;
+      EXPECT_GT(probe.at("copy_latency_ms").get<double>(), 0) << name;
+      EXPECT_GE(probe.at("copies").get<int>(), 8) << name;
+      const double each = round.at("simulated_probed_ms_per_token").get<double>();
+      EXPECT_GT(each, 0) << name;
+      EXPECT_LT(each, from_profile / 100) << name;
+      sum += each;
+    }
+    EXPECT_NEAR(c.at("simulated_probed_ms_per_token").get<double>(), sum / 2, 1e-9 * sum) << name;
+  }
+  EXPECT_EQ(rows, 2);
+  // Only the disk link is probed.
+  const auto refused = test_support::run_cli("bench -m " + kModel.string() + " -f " +
+                                             kText.string() + " --probe-rounds 2 --rounds 1");
+  EXPECT_NE(refused.status, 0);
+  EXPECT_THAT(refused.output, HasSubstr("--probe-rounds"));
+  EXPECT_THAT(refused.output, HasSubstr("expected --link disk"));
+}
+
 // What `profile` times compute beside: the disk link reading on a thread of its own until the
 // object goes.
 TEST(BackgroundReads, KeepReadingUntilDestroyed) {
