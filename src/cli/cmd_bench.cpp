@@ -388,7 +388,7 @@ void run_bench_cli(const BenchCli& o) {
     if (o.probe_rounds_mib == 0 || configs[c].resident) return;
     engine::DiskProbe p =
         engine::probe_disk_link(*model, 8, int64_t{o.probe_rounds_mib} << 20, next_probe_start);
-    next_probe_start += p.copies + 17;  // 7 copies alone and 5 pairs before the timed ones
+    next_probe_start += p.copies + 17;  // and 7 copies alone, 5 pairs
     round_probes[c][static_cast<size_t>(round)] = std::move(p);
   };
   const auto make = [&](size_t index) {
@@ -421,13 +421,24 @@ void run_bench_cli(const BenchCli& o) {
                        .before_round = probe_round},
                       progress);
   // Per configuration: from the profile, with the link rate the row reached, and (with
-  // --probe-rounds) the mean over rounds of each round simulated with the link probed before it.
+  // --probe-rounds) the mean over rounds of each round simulated with the link probed before it
+  // and, where the floor row ran, the profile's compute scaled to that row's time in the same
+  // round (compute_scale: the machine's compute drifts between runs as well; measured 14% slower
+  // in a bench than in the profile taken a minute before it).
   std::vector<double> predicted(results.size()), predicted_own_link(results.size()),
       predicted_probed(results.size());
-  std::vector<std::vector<double>> predicted_round(results.size());
+  std::vector<std::vector<double>> predicted_round(results.size()), compute_scale(results.size());
   if (!o.predict.empty()) {
     const schedule::HardwareProfile profile = schedule::load_profile(o.predict);
     const policy::RouterSpec spec = engine::router_spec(cfg);
+    const eval::BenchResult* floor_row = nullptr;
+    for (const eval::BenchResult& b : results)
+      if (b.config.resident && b.config.unavailable.empty()) floor_row = &b;
+    const double floor_simulated =
+        floor_row != nullptr
+            ? simulate_row_ms(*floor_row, offloads[static_cast<size_t>(floor_row - results.data())],
+                              spec, profile)
+            : 0.0;
     for (size_t c = 0; c < results.size(); ++c) {
       const eval::BenchResult& b = results[c];
       predicted[c] = simulate_row_ms(b, offloads[c], spec, profile);
@@ -436,8 +447,15 @@ void run_bench_cli(const BenchCli& o) {
       int n = 0;
       for (size_t r = 0; r < b.rounds.size(); ++r) {
         const std::optional<engine::DiskProbe>& p = round_probes[c][r];
+        double scale = 1.0;
+        if (p && floor_simulated > 0 && r < floor_row->rounds.size() &&
+            floor_row->rounds[r].mean_ms > 0)
+          scale = floor_row->rounds[r].mean_ms / floor_simulated;
+        compute_scale[c].push_back(scale);
         predicted_round[c].push_back(
-            p ? simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(profile, *p)) : 0.0);
+            p ? simulate_row_ms(b, offloads[c], spec,
+                                engine::with_probed_link(profile.with_compute_scaled(scale), *p))
+              : 0.0);
         if (predicted_round[c].back() <= 0) continue;
         sum += predicted_round[c].back();
         measured_probed += b.rounds[r].mean_ms;
@@ -454,8 +472,10 @@ void run_bench_cli(const BenchCli& o) {
                           row_link_rate(b) / 1e9, predicted_own_link[c],
                           100.0 * (predicted_own_link[c] / measured - 1.0));
       if (predicted_probed[c] > 0)
-        own += fmt::format("; with each round's probed link {:.3f} ({:+.1f}%)", predicted_probed[c],
-                           100.0 * (predicted_probed[c] / (measured_probed / n) - 1.0));
+        own += fmt::format(
+            "; each round with the link probed before it and the floor row's compute {:.3f} "
+            "({:+.1f}%)",
+            predicted_probed[c], 100.0 * (predicted_probed[c] / (measured_probed / n) - 1.0));
       std::fprintf(stderr, "bench: %s: measured %.3f ms/token, simulated %.3f (%+.1f%%)%s\n",
                    b.config.name.c_str(), measured, predicted[c],
                    100.0 * (predicted[c] / measured - 1.0), own.c_str());
@@ -509,8 +529,10 @@ void run_bench_cli(const BenchCli& o) {
                           {"copy_latency_ms", p->copy_latency_s * 1e3},
                           {"pair_ms", p->pair_s * 1e3},
                           {"copies", p->copies}};
-        if (r < predicted_round[c].size() && predicted_round[c][r] > 0)
+        if (r < predicted_round[c].size() && predicted_round[c][r] > 0) {
           round["simulated_probed_ms_per_token"] = predicted_round[c][r];
+          round["compute_scale"] = compute_scale[c][r];
+        }
       }
     }
     write_file_atomic(o.json, dump_json(doc, 1) + "\n");  // complete or absent
@@ -569,8 +591,9 @@ void add_bench_command(CLI::App& root) {
                   "configuration (7 copies alone, 5 pairs, then at least MIB MiB back to back, "
                   "from experts the last probe did not read); the JSON records each round's "
                   "probe, and with --predict each round is also simulated with the link its "
-                  "probe measured, so that a disk whose rate drifts within the run is predicted "
-                  "in the state each round found it (0: off)")
+                  "probe measured and the compute the floor row took in the same round, so that "
+                  "a disk and a machine whose speed drift within the run are predicted in the "
+                  "state each round found them (0: off)")
       ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
   add_engine_options(cmd, o->engine, /*with_policy=*/false);

@@ -44,9 +44,9 @@ schedule::HardwareProfile with_probed_link(schedule::HardwareProfile profile,
                                            const DiskProbe& probe);
 
 // Times copies of distinct experts (spread over layers and experts, so no read hits what a
-// previous one read) through a DiskLink: a few alone, a few pairs, then back to back until at
-// least `copies` copies and `min_bytes` bytes (a long enough run to average a virtual disk's
-// bursts). `first`: where the walk over distinct experts starts (probes taken one after another
+// previous one read) through a DiskLink: back to back until at least `copies` copies and
+// `min_bytes` bytes (a long enough run to average a virtual disk's bursts), then a few alone and
+// a few pairs, the link warm. `first`: where the walk over distinct experts starts (probes taken one after another
 // read other bytes than the last, which a virtual disk's host may still cache). Throws
 // steermoe::Error when the model's experts are not stored as-is in its file(s).
 DiskProbe probe_disk_link(const model::Model& model, int copies = 64,

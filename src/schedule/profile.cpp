@@ -46,6 +46,15 @@ double HardwareProfile::resident_token_seconds(int layers_used, int top_k_used) 
          dense_s + head_s;
 }
 
+HardwareProfile HardwareProfile::with_compute_scaled(double factor) const {
+  SM_ASSERT(factor > 0);
+  HardwareProfile p = *this;
+  for (double* d : {&p.attention_s, &p.moe_fixed_s, &p.moe_per_expert_s, &p.dense_s, &p.head_s,
+                    &p.host_policy_s})
+    *d *= factor;
+  return p;
+}
+
 HardwareProfile parse_profile(const nlohmann::json& json, const std::string& where) {
   if (!json.is_object()) fail(where, "(root)", "expected a JSON object");
   HardwareProfile p;

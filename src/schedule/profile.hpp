@@ -44,6 +44,10 @@ struct HardwareProfile {
 
   // ms/token with every expert resident (no copies, no stalls): the compute floor.
   double resident_token_seconds(int layers_used, int top_k_used) const;
+  // The same profile with every compute and host policy duration times `factor` (> 0): the
+  // machine running slower or faster than when it was profiled (resident_token_seconds scales by
+  // `factor`); the link is kept.
+  HardwareProfile with_compute_scaled(double factor) const;
   nlohmann::json to_json() const;
   // The simulated link these figures describe (the one place a profile becomes a link).
   link::SimulatedLinkParams link_params() const;

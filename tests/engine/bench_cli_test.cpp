@@ -249,10 +249,11 @@ TEST(FitDiskLink, AProbedLinkReplacesOnlyTheProfilesLink) {
 }
 
 // `bench --probe-rounds`: every timed round of a disk configuration is preceded by a probe of its
-// own, recorded in the JSON, and `--predict` simulates that round with the probed link. The
-// profile given here has a link 10,000 times slower than any disk: a round predicted with it
-// instead of with its probe would be off by orders of magnitude; the row's figure is the mean of
-// its rounds'. The floor row reads nothing and is not probed.
+// own, recorded in the JSON, and `--predict` simulates that round with the probed link and the
+// profile's compute scaled to the floor row's time in the same round. The profile given here has
+// a link 10,000 times slower than any disk: a round predicted with it instead of with its probe
+// would be off by orders of magnitude; the row's figure is the mean of its rounds'. The floor
+// row reads nothing and is not probed.
 TEST(BenchCli, ProbeRoundsPredictEachRoundWithTheLinkProbedBeforeIt) {
   const fs::path profile = temp("slow_link.json");
   {
@@ -273,9 +274,14 @@ TEST(BenchCli, ProbeRoundsPredictEachRoundWithTheLinkProbedBeforeIt) {
       "--window-len 16 --rounds 2 --probe-rounds 2 --predict " +
       profile.string() + " --json " + out.string());
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("with each round's probed link"));
+  EXPECT_THAT(r.output, HasSubstr("each round with the link probed before it"));
   const json doc = read_json(out);
   EXPECT_EQ(doc.at("probe_rounds_mib"), 2);
+  const json* floor = nullptr;
+  for (const json& c : doc.at("configurations"))
+    if (c.at("resident").get<bool>()) floor = &c;
+  ASSERT_NE(floor, nullptr);
+  const double floor_simulated = floor->at("simulated_ms_per_token").get<double>();
   int rows = 0;
   for (const json& c : doc.at("configurations")) {
     const std::string name = c.at("name").get<std::string>();
@@ -288,8 +294,14 @@ TEST(BenchCli, ProbeRoundsPredictEachRoundWithTheLinkProbedBeforeIt) {
     const double from_profile = c.at("simulated_ms_per_token").get<double>();
     double sum = 0;
     ASSERT_EQ(c.at("rounds").size(), 2u) << name;
-    for (const json& round : c.at("rounds")) {
+    for (size_t i = 0; i < 2; ++i) {
+      const json& round = c.at("rounds").at(i);
       const json& probe = round.at("probe");
+      // The compute of this round: the floor row's in the same round against the profile's.
+      const double floor_ms = floor->at("rounds").at(i).at("ms_per_token").at("mean").get<double>();
+      EXPECT_NEAR(round.at("compute_scale").get<double>(), floor_ms / floor_simulated,
+                  1e-9 * floor_ms / floor_simulated)
+          << name;
       EXPECT_GT(probe.at("gb_per_s").get<double>(), 0.001) << name;
       EXPECT_GT(probe.at("copy_latency_ms").get<double>(), 0) << name;
       EXPECT_GE(probe.at("copies").get<int>(), 8) << name;
@@ -301,6 +313,25 @@ TEST(BenchCli, ProbeRoundsPredictEachRoundWithTheLinkProbedBeforeIt) {
     EXPECT_NEAR(c.at("simulated_probed_ms_per_token").get<double>(), sum / 2, 1e-9 * sum) << name;
   }
   EXPECT_EQ(rows, 2);
+  // With every expert in a slot nothing is copied while decoding: each round's prediction is the
+  // profile's compute floor at that round's scale, i.e. the floor row's own time in that round.
+  const fs::path all = temp("bench_probe_rounds_all.json");
+  const auto every = test_support::run_cli(
+      "bench -m " + kModel.string() + " -f " + kText.string() +
+      " --policy exact:evict=lru --cache 64 --link disk --windows 2 --window-len 16 --rounds 2 "
+      "--probe-rounds 2 --predict " +
+      profile.string() + " --json " + all.string());
+  ASSERT_EQ(every.status, 0) << every.output;
+  const json all_doc = read_json(all);
+  const json& slots = all_doc.at("configurations").at(0);
+  const json& floor_rounds = all_doc.at("configurations").at(1).at("rounds");
+  ASSERT_FALSE(slots.at("resident").get<bool>());
+  for (size_t i = 0; i < 2; ++i) {
+    const double floor_ms = floor_rounds.at(i).at("ms_per_token").at("mean").get<double>();
+    EXPECT_NEAR(slots.at("rounds").at(i).at("simulated_probed_ms_per_token").get<double>(),
+                floor_ms, 1e-9 * floor_ms)
+        << "round " << i;
+  }
   // Only the disk link is probed.
   const auto refused = test_support::run_cli("bench -m " + kModel.string() + " -f " +
                                              kText.string() + " --probe-rounds 2 --rounds 1");

@@ -33,6 +33,22 @@ TEST(Profile, Rtx4090OlmoeMatchesThePaper) {
   EXPECT_NEAR(p.host_policy_s * 1e6, 20, 1e-9);
 }
 
+// A machine running 1.25x slower than profiled: every compute and host duration, and so the
+// all-resident token, 1.25x; the link as it was.
+TEST(Profile, ComputeScaledKeepsTheLink) {
+  const HardwareProfile p = load_profile("cpu-disk-olmoe", kDir);
+  const HardwareProfile q = p.with_compute_scaled(1.25);
+  EXPECT_NEAR(q.resident_token_seconds(16, 8), 1.25 * p.resident_token_seconds(16, 8), 1e-15);
+  EXPECT_DOUBLE_EQ(q.attention_s, 1.25 * p.attention_s);
+  EXPECT_DOUBLE_EQ(q.moe_per_expert_s, 1.25 * p.moe_per_expert_s);
+  EXPECT_DOUBLE_EQ(q.head_s, 1.25 * p.head_s);
+  EXPECT_DOUBLE_EQ(q.host_policy_s, 1.25 * p.host_policy_s);
+  EXPECT_EQ(q.link_bandwidth_bytes_per_s, p.link_bandwidth_bytes_per_s);
+  EXPECT_EQ(q.link_latency_s, p.link_latency_s);
+  EXPECT_EQ(q.link_channels, p.link_channels);
+  EXPECT_EQ(q.expert_bytes, p.expert_bytes);
+}
+
 TEST(Profile, Qwen36IsComputeBound) {
   const HardwareProfile p = load_profile("rtx4090-qwen36", kDir);
   EXPECT_NEAR(p.resident_token_seconds(40, 8) * 1e3, 22.9, 1e-9);
