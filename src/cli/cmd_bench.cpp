@@ -380,15 +380,18 @@ void run_bench_cli(const BenchCli& o) {
                  probe->copy_latency_s * 1e3, probe->pair_s * 1e3);
   }
   // --probe-rounds: the disk probed right before every timed round of every configuration on it
-  // (each probe's walk starts where the last one ended, so no probe rereads the last one's bytes).
+  // (each probe's walk starts where the last one ended, so no probe rereads the last one's bytes),
+  // after as many bytes again read untimed: a probe right after a row that read nothing (the
+  // floor row) read 0.61-0.65 GB/s, the row after it 1.6-1.7 GB/s with its own copies (the disk
+  // of a Firecracker guest, cold after idling).
   std::vector<std::vector<std::optional<engine::DiskProbe>>> round_probes(
       configs.size(), std::vector<std::optional<engine::DiskProbe>>(static_cast<size_t>(o.rounds)));
   int next_probe_start = 0;
   const auto probe_round = [&](size_t c, int round) {
     if (o.probe_rounds_mib == 0 || configs[c].resident) return;
-    engine::DiskProbe p =
-        engine::probe_disk_link(*model, 8, int64_t{o.probe_rounds_mib} << 20, next_probe_start);
-    next_probe_start += p.copies + 17;  // and 7 copies alone, 5 pairs
+    const int64_t bytes = int64_t{o.probe_rounds_mib} << 20;
+    engine::DiskProbe p = engine::probe_disk_link(*model, 8, bytes, next_probe_start, bytes);
+    next_probe_start += p.warm_copies + p.copies + 17;  // and 7 copies alone, 5 pairs
     round_probes[c][static_cast<size_t>(round)] = std::move(p);
   };
   const auto make = [&](size_t index) {
@@ -422,12 +425,15 @@ void run_bench_cli(const BenchCli& o) {
                       progress);
   // Per configuration: from the profile, with the link rate the row reached, and (with
   // --probe-rounds) the mean over rounds of each round simulated with the link probed before it
-  // and, where the floor row ran, the profile's compute scaled to that row's time in the same
-  // round (compute_scale: the machine's compute drifts between runs as well; measured 14% slower
-  // in a bench than in the profile taken a minute before it).
+  // and, where the floor row ran, the profile's compute scaled to that row's mean time over the
+  // run (compute_scale: the machine's compute drifts between runs as well, 14-21% slower in a
+  // bench than in the profile taken a minute before it on a Firecracker guest; the floor row's
+  // single rounds moved 38-52 ms/token within one run, while the other rows of the same round did
+  // not follow, so the run's mean, not the round's).
   std::vector<double> predicted(results.size()), predicted_own_link(results.size()),
       predicted_probed(results.size());
-  std::vector<std::vector<double>> predicted_round(results.size()), compute_scale(results.size());
+  std::vector<std::vector<double>> predicted_round(results.size());
+  double compute_scale = 0;
   if (!o.predict.empty()) {
     const schedule::HardwareProfile profile = schedule::load_profile(o.predict);
     const policy::RouterSpec spec = engine::router_spec(cfg);
@@ -439,6 +445,13 @@ void run_bench_cli(const BenchCli& o) {
             ? simulate_row_ms(*floor_row, offloads[static_cast<size_t>(floor_row - results.data())],
                               spec, profile)
             : 0.0;
+    if (floor_simulated > 0 && !floor_row->rounds.empty()) {
+      double floor_ms = 0;
+      for (const eval::BenchRound& r : floor_row->rounds) floor_ms += r.mean_ms;
+      compute_scale = floor_ms / static_cast<double>(floor_row->rounds.size()) / floor_simulated;
+    }
+    const schedule::HardwareProfile scaled =
+        compute_scale > 0 ? profile.with_compute_scaled(compute_scale) : profile;
     for (size_t c = 0; c < results.size(); ++c) {
       const eval::BenchResult& b = results[c];
       predicted[c] = simulate_row_ms(b, offloads[c], spec, profile);
@@ -447,15 +460,8 @@ void run_bench_cli(const BenchCli& o) {
       int n = 0;
       for (size_t r = 0; r < b.rounds.size(); ++r) {
         const std::optional<engine::DiskProbe>& p = round_probes[c][r];
-        double scale = 1.0;
-        if (p && floor_simulated > 0 && r < floor_row->rounds.size() &&
-            floor_row->rounds[r].mean_ms > 0)
-          scale = floor_row->rounds[r].mean_ms / floor_simulated;
-        compute_scale[c].push_back(scale);
         predicted_round[c].push_back(
-            p ? simulate_row_ms(b, offloads[c], spec,
-                                engine::with_probed_link(profile.with_compute_scaled(scale), *p))
-              : 0.0);
+            p ? simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(scaled, *p)) : 0.0);
         if (predicted_round[c].back() <= 0) continue;
         sum += predicted_round[c].back();
         measured_probed += b.rounds[r].mean_ms;
@@ -513,6 +519,7 @@ void run_bench_cli(const BenchCli& o) {
                                 {"predicted_by", o.predict}};
     nlohmann::json doc = eval::bench_json(results, header);
     if (o.probe_rounds_mib > 0) doc["probe_rounds_mib"] = o.probe_rounds_mib;
+    if (o.probe_rounds_mib > 0 && compute_scale > 0) doc["compute_scale"] = compute_scale;
     for (size_t c = 0; c < results.size(); ++c) {
       nlohmann::json& row = doc["configurations"][c];
       if (predicted[c] > 0) row["simulated_ms_per_token"] = predicted[c];
@@ -528,11 +535,10 @@ void run_bench_cli(const BenchCli& o) {
         round["probe"] = {{"gb_per_s", p->bytes_per_s / 1e9},
                           {"copy_latency_ms", p->copy_latency_s * 1e3},
                           {"pair_ms", p->pair_s * 1e3},
-                          {"copies", p->copies}};
-        if (r < predicted_round[c].size() && predicted_round[c][r] > 0) {
+                          {"copies", p->copies},
+                          {"warm_copies", p->warm_copies}};
+        if (r < predicted_round[c].size() && predicted_round[c][r] > 0)
           round["simulated_probed_ms_per_token"] = predicted_round[c][r];
-          round["compute_scale"] = compute_scale[c][r];
-        }
       }
     }
     write_file_atomic(o.json, dump_json(doc, 1) + "\n");  // complete or absent

@@ -42,7 +42,8 @@ schedule::HardwareProfile with_probed_link(schedule::HardwareProfile profile,
   return profile;
 }
 
-DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_bytes, int first) {
+DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_bytes, int first,
+                          int64_t warm_bytes) {
   const link::ExpertLayout layout = model::expert_layout(model);
   if (layout.layers() == 0) fail(model.path().string(), "experts", "expected a MoE model to probe");
   if (!layout.on_disk())
@@ -80,9 +81,13 @@ DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_byt
   const int64_t wanted = std::max<int64_t>(copies, (min_bytes + per_copy - 1) / per_copy);
   const auto timed =
       static_cast<int>(std::max<int64_t>(copies, std::min(wanted, distinct - kAlone - 2 * kPairs)));
+  link::Ticket last = link::kNoTicket;
+  probe.warm_copies = static_cast<int>(
+      std::min<int64_t>((std::max<int64_t>(warm_bytes, 0) + per_copy - 1) / per_copy, distinct));
+  for (int k = 0; k < probe.warm_copies; ++k) last = copy();
+  disk.wait(last);
   const int64_t before = disk.bytes_read();
   const double t0 = disk.now();
-  link::Ticket last = link::kNoTicket;
   for (int k = 0; k < timed; ++k) last = copy();
   disk.wait(last);
   const double seconds = disk.now() - t0;

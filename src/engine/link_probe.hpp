@@ -21,6 +21,7 @@ struct DiskProbe {
   double pair_s = 0;          // two copies enqueued together, until both completed (median)
   int64_t expert_bytes = 0;   // bytes of one copy
   int copies = 0;             // copies timed for the bandwidth
+  int warm_copies = 0;        // copies read, untimed, before them
   std::string mode;           // "io_uring, O_DIRECT", ...
 };
 
@@ -44,13 +45,15 @@ schedule::HardwareProfile with_probed_link(schedule::HardwareProfile profile,
                                            const DiskProbe& probe);
 
 // Times copies of distinct experts (spread over layers and experts, so no read hits what a
-// previous one read) through a DiskLink: back to back until at least `copies` copies and
-// `min_bytes` bytes (a long enough run to average a virtual disk's bursts), then a few alone and
-// a few pairs, the link warm. `first`: where the walk over distinct experts starts (probes taken one after another
-// read other bytes than the last, which a virtual disk's host may still cache). Throws
-// steermoe::Error when the model's experts are not stored as-is in its file(s).
+// previous one read) through a DiskLink: after `warm_bytes` read untimed, back to back until at
+// least `copies` copies and `min_bytes` bytes (a long enough run to average a virtual disk's
+// bursts), then a few alone and a few pairs, the link warm. `first`: where the walk over
+// distinct experts starts (probes taken one after another read other bytes than the last, which
+// a virtual disk's host may still cache). Throws steermoe::Error when the model's experts are not
+// stored as-is in its file(s).
 DiskProbe probe_disk_link(const model::Model& model, int copies = 64,
-                          int64_t min_bytes = int64_t{1} << 30, int first = 0);
+                          int64_t min_bytes = int64_t{1} << 30, int first = 0,
+                          int64_t warm_bytes = 0);
 
 // While alive, a thread of its own keeps the disk link reading distinct experts of `model`, one
 // copy after another (as prefetches run beside compute): what `steermoe profile` times compute
