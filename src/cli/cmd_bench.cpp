@@ -391,7 +391,7 @@ void run_bench_cli(const BenchCli& o) {
     if (o.probe_rounds_mib == 0 || configs[c].resident) return;
     const int64_t bytes = int64_t{o.probe_rounds_mib} << 20;
     engine::DiskProbe p = engine::probe_disk_link(*model, 8, bytes, next_probe_start, bytes);
-    next_probe_start += p.warm_copies + p.copies + 17;  // and 7 copies alone, 5 pairs
+    next_probe_start += p.walked;
     round_probes[c][static_cast<size_t>(round)] = std::move(p);
   };
   const auto make = [&](size_t index) {
@@ -594,12 +594,13 @@ void add_bench_command(CLI::App& root) {
                   "profile's link, the rate each row's copies reached");
   cmd->add_option("--probe-rounds", o->probe_rounds_mib,
                   "With --link disk: probe the disk right before every timed round of every "
-                  "configuration (7 copies alone, 5 pairs, then at least MIB MiB back to back, "
-                  "from experts the last probe did not read); the JSON records each round's "
-                  "probe, and with --predict each round is also simulated with the link its "
-                  "probe measured and the compute the floor row took in the same round, so that "
-                  "a disk and a machine whose speed drift within the run are predicted in the "
-                  "state each round found them (0: off)")
+                  "configuration (MIB MiB read untimed, at least MIB MiB timed back to back, then "
+                  "7 copies alone and 5 pairs, from experts the last probe did not read); the "
+                  "JSON records each round's probe, and with --predict each round is also "
+                  "simulated with the link its probe measured and the profile's compute scaled "
+                  "to the floor row's mean over the run (compute_scale), so that a disk and a "
+                  "machine whose speed drift are predicted in the state the run found them (0: "
+                  "off)")
       ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
   add_engine_options(cmd, o->engine, /*with_policy=*/false);

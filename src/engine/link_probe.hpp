@@ -22,6 +22,7 @@ struct DiskProbe {
   int64_t expert_bytes = 0;   // bytes of one copy
   int copies = 0;             // copies timed for the bandwidth
   int warm_copies = 0;        // copies read, untimed, before them
+  int walked = 0;             // copies read in all: a next probe's `first` reads other bytes
   std::string mode;           // "io_uring, O_DIRECT", ...
 };
 
