@@ -167,10 +167,29 @@ double simulate_row_own_link_ms(const eval::BenchResult& b, const schedule::Offl
 // and the dense layers) of `b`: the run with every expert in a slot where it fits (no read
 // during decode: the machine's compute), else the first configuration (compute slowed by its
 // own reads, which the simulator then charges a second time as link time).
+// The link's reads one after another beside a row's compute, and the same reads alone right
+// after: the link there reads at 1 - transfer_slowdown() of its speed alone (a core of the
+// machine serves both: on 2 cores with 2 compute threads the link's I/O thread waits for one).
+struct ReadsBesideCompute {
+  engine::BackgroundReads::Done beside, alone;
+  double beside_bytes_per_s() const {
+    return beside.seconds > 0 ? static_cast<double>(beside.bytes) / beside.seconds : 0;
+  }
+  double alone_bytes_per_s() const {
+    return alone.seconds > 0 ? static_cast<double>(alone.bytes) / alone.seconds : 0;
+  }
+  // Faster beside compute than alone is noise: no slowdown. Capped below 1 (the profile's range).
+  double transfer_slowdown() const {
+    if (!(beside_bytes_per_s() > 0 && alone_bytes_per_s() > 0)) return 0;
+    return std::clamp(1.0 - beside_bytes_per_s() / alone_bytes_per_s(), 0.0, 0.9);
+  }
+};
+
 // `beside_reads`: the same run with the link reading beside it all along (or nullptr): compute
-// there runs at 1 - slowdown of its speed alone.
+// there runs at 1 - slowdown of its speed alone; `reads`: the rates of those reads.
 nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchResult* beside_reads,
-                                const engine::DiskProbe& probe, const model::ModelConfig& cfg,
+                                const ReadsBesideCompute& reads, const engine::DiskProbe& probe,
+                                const model::ModelConfig& cfg,
                                 const std::string& name, bool compute_without_reads) {
   double attention = 0, moe = 0, host = 0, stall = 0, token = 0;
   for (const eval::BenchRound& r : b.rounds) {
@@ -189,6 +208,14 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
     // Faster beside reads than alone is noise: no slowdown. Capped below 1 (the profile's range).
     slowdown = std::clamp(1.0 - (attention + moe) / n / busy, 0.0, 0.9);
   }
+  const double transfer_slowdown = reads.transfer_slowdown();
+  if (reads.alone.seconds > 0)
+    std::fprintf(stderr,
+                 "profile: the link's reads one after another beside compute %.3f GB/s, alone "
+                 "right after %.3f GB/s: transfer_slowdown %.3f; compute beside reads: "
+                 "compute_slowdown %.3f\n",
+                 reads.beside_bytes_per_s() / 1e9, reads.alone_bytes_per_s() / 1e9,
+                 transfer_slowdown, slowdown);
   const double layers = cfg.moe_layer_count();
   const schedule::HardwareProfile linked = engine::with_probed_link({}, probe);
   return {{"name", name},
@@ -213,7 +240,10 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
             // copy alone is slower than copies back to back, several transfer at once.
             {"pipelined", linked.link_pipelined},
             {"channels", linked.link_channels},
-            {"compute_slowdown", slowdown}}},
+            {"compute_slowdown", slowdown},
+            {"transfer_slowdown", transfer_slowdown},
+            {"reads_beside_compute_GBps", reads.beside_bytes_per_s() / 1e9},
+            {"reads_alone_GBps", reads.alone_bytes_per_s() / 1e9}}},
           {"expert_bytes", probe.expert_bytes},
           {"compute_us",
            {{"attention", attention / n / layers * 1e3},
@@ -394,6 +424,38 @@ void run_bench_cli(const BenchCli& o) {
     next_probe_start += p.walked;
     round_probes[c][static_cast<size_t>(round)] = std::move(p);
   };
+  // The reads beside the "compute beside reads" row while it decodes (its windows' warm-up
+  // copies read from the same disk), and after each of its rounds (the disk in the state that
+  // round left it) the same reads alone for a second: how much slower the link reads while
+  // compute runs (the profile's link.transfer_slowdown). Each read walks experts the last did
+  // not read.
+  ReadsBesideCompute reads_tally;
+  int next_read = 0;
+  engine::BackgroundReads* reading = nullptr;
+  engine::BackgroundReads::Done decode_from;
+  const auto reads_beside_round = [&]() -> std::shared_ptr<void> {
+    reading = new engine::BackgroundReads(*model, next_read);
+    return {reading, [&](engine::BackgroundReads* r) {
+              reading = nullptr;
+              next_read += r->stop().copies;
+              delete r;
+              const engine::BackgroundReads::Done alone =
+                  engine::reads_alone(*model, 1.0, next_read);
+              next_read += alone.copies;
+              reads_tally.alone.bytes += alone.bytes;
+              reads_tally.alone.seconds += alone.seconds;
+            }};
+  };
+  const auto count_reads_while_decoding = [&](size_t, bool start) {
+    if (reading == nullptr) return;
+    const engine::BackgroundReads::Done now = reading->sample();
+    if (start) {
+      decode_from = now;
+      return;
+    }
+    reads_tally.beside.bytes += now.bytes - decode_from.bytes;
+    reads_tally.beside.seconds += now.seconds - decode_from.seconds;
+  };
   const auto make = [&](size_t index) {
     engine::EngineParams p = engine_params(o.engine, offloads.at(index), o.threads, context);
     p.score_source = supplied.get();
@@ -419,8 +481,9 @@ void run_bench_cli(const BenchCli& o) {
                        .draft_k = o.spec.draft_k,
                        .beside = [&](size_t c) -> std::shared_ptr<void> {
                          if (c != reads_row) return nullptr;
-                         return std::make_shared<engine::BackgroundReads>(*model);
+                         return reads_beside_round();
                        },
+                       .decoding = count_reads_while_decoding,
                        .before_round = probe_round},
                       progress);
   // Per configuration: from the profile, with the link rate the row reached, and (with
@@ -492,7 +555,8 @@ void run_bench_cli(const BenchCli& o) {
     write_file_atomic(
         o.profile_out,
         dump_json(measured_profile(compute_row ? results.at(*compute_row) : results.front(),
-                                   reads_row ? &results.at(*reads_row) : nullptr, *probe, cfg,
+                                   reads_row ? &results.at(*reads_row) : nullptr, reads_tally,
+                                   *probe, cfg,
                                    std::filesystem::path(o.profile_out).stem().string(),
                                    compute_row.has_value()),
                   2) +
@@ -619,8 +683,9 @@ void add_profile_command(CLI::App& root) {
       "latency (the link itself), and per-layer compute from the phase times of a teacher-forced "
       "decode (attention + router, policy, MoE, head) on that link with every expert in a slot "
       "(no reads while decoding; where that does not fit in memory, under the given cache and "
-      "its reads), and how much slower that compute runs with the link reading beside it "
-      "(link.compute_slowdown)");
+      "its reads), how much slower that compute runs with the link reading beside it "
+      "(link.compute_slowdown), and how much slower the link reads beside that compute than "
+      "alone right after (link.transfer_slowdown)");
   cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
       ->required();
   cmd->add_option("-o,--output", o->profile_out, "Profile to write (.json, data/profiles format)")

@@ -1,6 +1,7 @@
 #include "engine/link_probe.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 #include <vector>
@@ -114,26 +115,50 @@ DiskProbe probe_disk_link(const model::Model& model, int copies, int64_t min_byt
   return probe;
 }
 
-BackgroundReads::BackgroundReads(const model::Model& model) {
+BackgroundReads::BackgroundReads(const model::Model& model, int first) {
   const link::ExpertLayout layout = model::expert_layout(model);
   if (layout.layers() == 0 || !layout.on_disk())
     fail(model.path().string(), "experts",
          "expected every expert stored as-is in the file to read beside compute");
-  thread_ = std::thread([this, layout] {
+  thread_ = std::thread([this, layout, first = std::max(first, 0)] {
     link::SlotArena arena(layout.layers(), 1, layout.slot_bytes());
     link::DiskLink disk(layout, arena, {});
-    for (int i = 0; !stop_.load(std::memory_order_relaxed); ++i) {
+    const double start = disk.now();
+    for (int i = first; !stop_.load(std::memory_order_relaxed); ++i) {
       const auto [layer, expert] = nth_distinct_expert(layout, i);
       disk.wait(disk.enqueue({.layer = layer, .slot = 0, .expert = expert, .bytes = 0}));
+      const double done = disk.now() - start;
       bytes_.fetch_add(static_cast<int64_t>(layout.expert_bytes(layer, expert)),
-                       std::memory_order_relaxed);
+                       std::memory_order_release);
+      copies_.fetch_add(1, std::memory_order_release);
+      seconds_.store(done, std::memory_order_release);
     }
   });
 }
 
-BackgroundReads::~BackgroundReads() {
+BackgroundReads::Done BackgroundReads::stop() {
   stop_.store(true, std::memory_order_relaxed);
-  thread_.join();
+  if (thread_.joinable()) thread_.join();
+  return {.bytes = bytes_.load(std::memory_order_relaxed),
+          .seconds = seconds_.load(std::memory_order_relaxed),
+          .copies = copies_.load(std::memory_order_relaxed)};
+}
+
+BackgroundReads::Done BackgroundReads::sample() const {
+  // Seconds first: a completion between the two loads then counts its bytes but not its time
+  // only until the next sample, never the reverse.
+  const double seconds = seconds_.load(std::memory_order_acquire);
+  return {.bytes = bytes_.load(std::memory_order_acquire),
+          .seconds = seconds,
+          .copies = copies_.load(std::memory_order_acquire)};
+}
+
+BackgroundReads::~BackgroundReads() { stop(); }
+
+BackgroundReads::Done reads_alone(const model::Model& model, double seconds, int first) {
+  BackgroundReads reads(model, first);
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  return reads.stop();
 }
 
 }  // namespace steermoe::engine

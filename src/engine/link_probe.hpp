@@ -58,19 +58,37 @@ DiskProbe probe_disk_link(const model::Model& model, int copies = 64,
 
 // While alive, a thread of its own keeps the disk link reading distinct experts of `model`, one
 // copy after another (as prefetches run beside compute): what `steermoe profile` times compute
-// beside, to measure how much slower compute runs while the link transfers on this machine.
+// beside, to measure how much slower compute runs while the link transfers on this machine, and
+// how much slower the link reads while compute runs (the same reads timed alone, ReadRate).
 class BackgroundReads {
  public:
-  explicit BackgroundReads(const model::Model& model);
+  // `first`: where the walk over distinct experts starts (as probe_disk_link's).
+  explicit BackgroundReads(const model::Model& model, int first = 0);
   ~BackgroundReads();  // stops after the copy in flight and joins
   BackgroundReads(const BackgroundReads&) = delete;
   BackgroundReads& operator=(const BackgroundReads&) = delete;
   int64_t bytes_read() const { return bytes_.load(std::memory_order_relaxed); }
+  // Stops after the copy in flight and joins (idempotent): the reads' bytes and the seconds from
+  // the first read's enqueue to the last one's completion, and how many copies were read.
+  struct Done {
+    int64_t bytes = 0;
+    double seconds = 0;
+    int copies = 0;
+  };
+  Done stop();
+  // The same figures so far, the reads going on (seconds: to the last completion).
+  Done sample() const;
 
  private:
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> bytes_{0};
+  std::atomic<int> copies_{0};
+  std::atomic<double> seconds_{0};
   std::thread thread_;
 };
+
+// Bytes per second of BackgroundReads over `seconds` with nothing else running in this process:
+// the rate the same reads reach beside compute is compared with.
+BackgroundReads::Done reads_alone(const model::Model& model, double seconds, int first = 0);
 
 }  // namespace steermoe::engine

@@ -151,6 +151,7 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
     // With --generate the prompt is processed first, outside the figures.
     if (options.generate > 0) logits = e.prefill(seq);
     const engine::CacheStats before = e.cache_stats();
+    if (options.decoding) options.decoding(index, true);
     if (options.generate > 0) {
       for (int i = 0; i < options.generate; ++i) {
         const auto next = static_cast<int32_t>(argmax(logits));
@@ -165,6 +166,7 @@ BenchRound run_round(engine::Engine& e, std::span<const std::vector<int32_t>> se
         ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
       }
     }
+    if (options.decoding) options.decoding(index, false);
     sum += e.cache_stats() - before;
   }
   r.tokens = static_cast<int64_t>(ms.size());

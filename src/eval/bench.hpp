@@ -54,6 +54,9 @@ struct BenchOptions {
   // of its rounds, warm-up included; what it returns lives while the round runs. May be empty,
   // or return nullptr for configurations that run alone.
   std::function<std::shared_ptr<void>(size_t)> beside;
+  // Called when the decode of sequence i starts (true: its reset and prompt done) and ends
+  // (false): e.g. to count what work beside it did while it decoded only.
+  std::function<void(size_t, bool)> decoding;
   // Called right before each timed round (round >= 0) of configuration i, its engine made: e.g.
   // to measure the link in the state that round will find it in.
   std::function<void(size_t, int)> before_round;

@@ -1,13 +1,21 @@
 #include "link/simulated_link.hpp"
 
 #include <algorithm>
+#include <limits>
+#include <type_traits>
 
 #include "common/error.hpp"
 
 namespace steermoe::link {
 
 SimulatedLink::SimulatedLink(const SimulatedLinkParams& params)
-    : params_(params), ring_(64), transfer_start_(64), transfer_end_(64) {
+    : params_(params),
+      ring_(64),
+      transfer_start_(64),
+      transfer_end_(64),
+      enqueued_(64),
+      transfer_s_(64),
+      channel_(64) {
   if (!(params.bandwidth_bytes_per_s > 0))
     fail("simulated link", "bandwidth", "must be > 0 bytes/s, got {}",
          params.bandwidth_bytes_per_s);
@@ -16,9 +24,13 @@ SimulatedLink::SimulatedLink(const SimulatedLinkParams& params)
   if (!(params.compute_slowdown >= 0 && params.compute_slowdown < 1))
     fail("simulated link", "compute slowdown", "must be in [0, 1), got {}",
          params.compute_slowdown);
+  if (!(params.transfer_slowdown >= 0 && params.transfer_slowdown < 1))
+    fail("simulated link", "transfer slowdown", "must be in [0, 1), got {}",
+         params.transfer_slowdown);
   if (!(params.channels >= 1 && params.channels <= 1024))
     fail("simulated link", "channels", "must be in [1, 1024], got {}", params.channels);
   channel_free_.assign(static_cast<size_t>(params.channels), 0.0);
+  channel_state_.assign(static_cast<size_t>(params.channels), {});
 }
 
 double SimulatedLink::copy_seconds(int64_t bytes) const {
@@ -26,25 +38,28 @@ double SimulatedLink::copy_seconds(int64_t bytes) const {
          static_cast<double>(bytes) * params_.channels / params_.bandwidth_bytes_per_s;
 }
 
+void SimulatedLink::grow_rings() {
+  // Unrolled so that head_ becomes 0 (only happens at new peaks of copies in flight).
+  const size_t in_flight = static_cast<size_t>(last_ticket_ - completed_);
+  const size_t mask = ring_.size() - 1;
+  const auto unroll = [&](auto& ring) {
+    std::remove_reference_t<decltype(ring)> bigger(ring.size() * 2);
+    for (size_t i = 0; i < in_flight; ++i) bigger[i] = ring[(head_ + i) & mask];
+    ring.swap(bigger);
+  };
+  unroll(ring_);
+  unroll(transfer_start_);
+  unroll(transfer_end_);
+  unroll(enqueued_);
+  unroll(transfer_s_);
+  unroll(channel_);
+  head_ = 0;
+}
+
 Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
   SM_ASSERT(copy.bytes >= 0);
+  if (static_cast<size_t>(last_ticket_ - completed_) == ring_.size()) grow_rings();
   const size_t in_flight = static_cast<size_t>(last_ticket_ - completed_);
-  if (in_flight == ring_.size()) {
-    // Grow the rings, unrolling them so that head_ becomes 0 (only happens at new peaks).
-    const size_t mask = ring_.size() - 1;
-    std::vector<double> bigger(ring_.size() * 2);
-    std::vector<double> bigger_start(ring_.size() * 2);
-    std::vector<double> bigger_end(ring_.size() * 2);
-    for (size_t i = 0; i < in_flight; ++i) {
-      bigger[i] = ring_[(head_ + i) & mask];
-      bigger_start[i] = transfer_start_[(head_ + i) & mask];
-      bigger_end[i] = transfer_end_[(head_ + i) & mask];
-    }
-    ring_.swap(bigger);
-    transfer_start_.swap(bigger_start);
-    transfer_end_.swap(bigger_end);
-    head_ = 0;
-  }
   // The channel that frees first (the lowest such index: deterministic). Every channel's free
   // time only grows and now_ never falls, so transfers start in ticket order.
   const auto channel = static_cast<size_t>(
@@ -70,6 +85,9 @@ Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
   ring_[at] = last_end_;
   transfer_start_[at] = start;
   transfer_end_[at] = transfer_end;
+  enqueued_[at] = now_;
+  transfer_s_[at] = transfer;
+  channel_[at] = static_cast<int>(channel);
   bytes_moved_ += copy.bytes;
   if (log_enabled_)
     log_.push_back({.ticket = last_ticket_,
@@ -84,6 +102,7 @@ Ticket SimulatedLink::enqueue(const CopyRequest& copy) {
 
 void SimulatedLink::retire() {
   while (completed_ < last_ticket_ && ring_[head_] <= now_) {
+    retired_end_ = ring_[head_];
     ++completed_;
     head_ = (head_ + 1) & (ring_.size() - 1);
   }
@@ -115,52 +134,145 @@ void SimulatedLink::wait(Ticket ticket) {
 
 void SimulatedLink::advance(double seconds) {
   SM_ASSERT(seconds >= 0);
-  if (params_.compute_slowdown == 0) {  // compute does not share the link's resources
-    now_ += seconds;
+  if (params_.compute_slowdown == 0 && params_.transfer_slowdown == 0) {
+    now_ += seconds;  // the work and the link share nothing
     return;
   }
+  advance_with_events(seconds);
+}
+
+void SimulatedLink::advance_with_events(double seconds) {
+  if (seconds == 0) return;
   // No retire() here: completion_time() may still be asked about tickets completed meanwhile.
-  const double rate_busy = 1.0 - params_.compute_slowdown;
-  double left = seconds;
-  // Work from now_ to the start of a busy stretch runs at full speed, inside it at rate_busy.
-  // Returns true once the work is done.
-  const auto through = [&](double busy_from, double busy_to) {
-    busy_from = std::max(now_, busy_from);
-    if (busy_to <= now_) return false;
-    const double idle = busy_from - now_;
-    if (left <= idle) return true;
-    left -= idle;
-    now_ = busy_from;
-    const double busy_work = (busy_to - busy_from) * rate_busy;
-    if (left <= busy_work) {
-      now_ += left / rate_busy;
-      left = 0;
-      return true;
-    }
-    left -= busy_work;
-    now_ = busy_to;
-    return false;
-  };
-  // The transfers in flight start in ticket order; with several channels they overlap, so the
-  // link is busy over their union, walked as merged stretches.
   const auto in_flight = static_cast<size_t>(last_ticket_ - completed_);
   const size_t mask = ring_.size() - 1;
-  double stretch_from = 0, stretch_to = -1;  // none yet
+  const auto ring_at = [&](size_t offset) { return (head_ + offset) & mask; };
+  const double latency = params_.latency_s;
+  // The state at now_ from the projection: the copy each channel holds (its transfer started,
+  // or its latency on the channel), the copies not yet on a channel (a suffix: transfers start
+  // in ticket order).
+  for (ChannelState& c : channel_state_) c.busy = false;
+  size_t queued = in_flight;  // the first copy not yet on a channel
   for (size_t i = 0; i < in_flight; ++i) {
-    const size_t at = (head_ + i) & mask;
-    if (transfer_start_[at] <= stretch_to) {
-      stretch_to = std::max(stretch_to, transfer_end_[at]);
-      continue;
+    const size_t at = ring_at(i);
+    const double start = transfer_start_[at], end = transfer_end_[at];
+    if (start > now_) {
+      queued = i;
+      break;
     }
-    if (stretch_to >= 0 && through(stretch_from, stretch_to)) {
-      now_ += left;  // 0 unless the work ended before the stretch
-      return;
-    }
-    stretch_from = transfer_start_[at];
-    stretch_to = transfer_end_[at];
+    if (end <= now_) continue;  // transferred, waiting for an earlier copy to be reported
+    ChannelState& c = channel_state_[static_cast<size_t>(channel_[at])];
+    const double transfer_from = params_.pipelined ? start : start + latency;
+    c = {.copy = i,
+         .busy = true,
+         .latency_end = std::max(now_, transfer_from),
+         .left = end - std::max(now_, transfer_from)};
   }
-  if (stretch_to >= 0) through(stretch_from, stretch_to);
-  now_ += left;  // what is left after the last stretch (or before it) runs at full speed
+  const auto ready = [&](size_t i) {  // when copy i may take a channel
+    return enqueued_[ring_at(i)] + (params_.pipelined ? latency : 0.0);
+  };
+  // The part of the in-flight copies' busy union after now_, before and after: busy_seconds_
+  // follows the re-timing (starts stay in ticket order, so one merge pass each).
+  const double origin = now_;
+  const auto busy_after_now = [&] {
+    double total = 0, from = 0, to = -1;
+    for (size_t i = 0; i < in_flight; ++i) {
+      const size_t at = ring_at(i);
+      const double a = std::max(origin, transfer_start_[at]), b = transfer_end_[at];
+      if (b <= a) continue;
+      if (a <= to) {
+        to = std::max(to, b);
+        continue;
+      }
+      if (to > from) total += to - from;
+      from = a;
+      to = b;
+    }
+    if (to > from) total += to - from;
+    return total;
+  };
+  const bool retime = params_.transfer_slowdown > 0;
+  const double busy_before = retime ? busy_after_now() : 0;
+
+  double t = now_, left = seconds, work_end = now_;
+  bool working = true;
+  for (;;) {
+    // Idle channels take the next copies in ticket order, lowest channel first.
+    for (size_t ch = 0; ch < channel_state_.size() && queued < in_flight; ++ch) {
+      ChannelState& c = channel_state_[ch];
+      if (c.busy || ready(queued) > t) continue;
+      const size_t at = ring_at(queued);
+      c = {.copy = queued,
+           .busy = true,
+           .latency_end = params_.pipelined ? t : t + latency,
+           .left = transfer_s_[at]};
+      if (retime) {
+        transfer_start_[at] = t;
+        channel_[at] = static_cast<int>(ch);
+      }
+      ++queued;
+    }
+    bool occupied = false, idle_channel = false;
+    for (const ChannelState& c : channel_state_) {
+      occupied = occupied || c.busy;
+      idle_channel = idle_channel || !c.busy;
+    }
+    const double work_rate = occupied ? 1.0 - params_.compute_slowdown : 1.0;
+    const double link_rate = working ? 1.0 - params_.transfer_slowdown : 1.0;
+    // Without re-timing the transfers keep their times: only the work's end is sought.
+    if (!retime && !working) break;
+    double next = std::numeric_limits<double>::infinity();
+    if (working) next = t + left / work_rate;
+    for (const ChannelState& c : channel_state_) {
+      if (!c.busy) continue;
+      next = std::min(next, c.latency_end > t ? c.latency_end : t + c.left / link_rate);
+    }
+    if (queued < in_flight && idle_channel) next = std::min(next, ready(queued));
+    if (next == std::numeric_limits<double>::infinity()) break;
+    const double dt = next - t;
+    if (working) {
+      if (t + left / work_rate <= next) {
+        left = 0;
+        work_end = next;
+        working = false;
+      } else {
+        left -= dt * work_rate;
+      }
+    }
+    for (ChannelState& c : channel_state_) {
+      if (!c.busy || c.latency_end > t) continue;  // idle, or in its latency until >= next
+      if (t + c.left / link_rate <= next) {
+        c.busy = false;
+        if (retime) transfer_end_[ring_at(c.copy)] = next;
+      } else {
+        c.left -= dt * link_rate;
+      }
+    }
+    t = next;
+  }
+  now_ = work_end;
+  if (!retime) return;
+  // The projection rewritten: completions in enqueue order, the link's watermark, each channel's
+  // last copy, the busy union and the log.
+  busy_seconds_ += busy_after_now() - busy_before;
+  // A channel may have lost its copies to another (the lowest idle channel takes the next copy):
+  // it is free by now, whatever it held before.
+  for (double& free_at : channel_free_) free_at = std::min(free_at, origin);
+  double end = retired_end_;
+  for (size_t i = 0; i < in_flight; ++i) {
+    const size_t at = ring_at(i);
+    end = std::max(end, transfer_end_[at]);
+    ring_[at] = end;
+    channel_free_[static_cast<size_t>(channel_[at])] = transfer_end_[at];
+    if (log_enabled_ && log_.size() == static_cast<size_t>(last_ticket_)) {
+      CopyEvent& e = log_[static_cast<size_t>(completed_) + i];
+      e.start = transfer_start_[at];
+      e.transfer_end = transfer_end_[at];
+      e.end = end;
+      e.channel = channel_[at];
+    }
+  }
+  if (in_flight > 0) last_end_ = end;  // re-timing only moves completions later
 }
 
 }  // namespace steermoe::link

@@ -5,8 +5,11 @@
 // that frees first; completion is still reported in enqueue order (a copy counts as complete
 // once it and every earlier copy have ended), as the real links report it. Because channels are
 // taken in order and durations are known at enqueue, each copy's completion time is fixed when
-// it is enqueued; the clock moves only through advance() (compute or host work of the caller)
-// and wait() (a stall). Nothing allocates in steady state: in-flight copies live in a ring that
+// it is enqueued, until the caller's work slows the link (transfer_slowdown): then advance()
+// re-times the copies in flight as events (each channel's transfer progressing at the slowed
+// rate while the work runs, the work at the slowed rate while a channel is busy), leaving every
+// completion time the projection at full speed from the work's end. The clock moves only
+// through advance() (compute or host work of the caller) and wait() (a stall). Nothing allocates in steady state: in-flight copies live in a ring that
 // only grows when more copies are in flight than ever before (the warm-up at request start).
 #pragma once
 
@@ -36,6 +39,13 @@ struct SimulatedLinkParams {
   // a transfer is under way takes 1 / (1 - compute_slowdown) as long. 0 (a GPU's copy engine):
   // advance() is plain addition.
   double compute_slowdown = 0;
+  // Fraction of the link's transfer speed lost while the caller works (advance()), in [0, 1):
+  // the converse of compute_slowdown, on a CPU whose cores serve both (a disk link's I/O thread
+  // waits for a core while compute threads hold them). 0: a transfer's times are fixed when it
+  // is enqueued. > 0: advance() re-times the transfers it overlaps (their bytes progress at
+  // 1 - transfer_slowdown of the speed meanwhile); latency and wait() (the caller idle) run at
+  // full speed.
+  double transfer_slowdown = 0;
 };
 
 // Start and end of one simulated copy, kept only when the log is enabled (tests, traces).
@@ -59,13 +69,15 @@ class SimulatedLink final : public Link {
   double now() override { return now_; }
 
   // Simulated work of the caller (compute, host policy) lets `seconds` pass, or more where
-  // compute_slowdown > 0 and copies transfer meanwhile: the transfers in flight are known at this
-  // point (FIFO, fixed durations), so the stretch is exact, not sampled.
+  // compute_slowdown > 0 and copies transfer meanwhile; with transfer_slowdown > 0 the copies in
+  // flight transfer slower meanwhile. Exact (events), not sampled.
   void advance(double seconds);
-  // Completion time of an in-flight (or just-enqueued) copy; the ticket must not have been
-  // retired yet (i.e. > completed() at the last query) unless the log is on.
+  // Completion time of an in-flight (or just-enqueued) copy if the caller does no more work
+  // before it (exact then; work with transfer_slowdown > 0 moves it later); the ticket must not
+  // have been retired yet (i.e. > completed() at the last query) unless the log is on.
   double completion_time(Ticket ticket) const;
-  // Time at which the link will have finished every copy enqueued so far.
+  // Time at which the link will have finished every copy enqueued so far (at full speed from
+  // now: as completion_time()).
   double busy_until() const { return last_end_; }
   int channels() const { return params_.channels; }
   Ticket last_ticket() const { return last_ticket_; }
@@ -82,6 +94,9 @@ class SimulatedLink final : public Link {
 
  private:
   void retire();
+  void grow_rings();
+  // advance() where the work and the link slow each other: events from now_.
+  void advance_with_events(double seconds);
 
   SimulatedLinkParams params_;
   double now_ = 0;
@@ -98,7 +113,21 @@ class SimulatedLink final : public Link {
   std::vector<double> ring_;
   std::vector<double> transfer_start_;
   std::vector<double> transfer_end_;
+  // Beside them, what re-timing needs: when each copy was enqueued, its transfer's seconds on a
+  // channel at full speed, and its channel.
+  std::vector<double> enqueued_;
+  std::vector<double> transfer_s_;
+  std::vector<int> channel_;
   std::size_t head_ = 0;  // ring index of ticket completed_ + 1
+  double retired_end_ = 0;  // completion time of ticket completed_ (0: none yet)
+  // advance_with_events' per-channel state (sized once: no allocation while advancing).
+  struct ChannelState {
+    std::size_t copy = 0;  // ring offset from head_ of the copy it holds
+    bool busy = false;
+    double latency_end = 0;  // its latency on the channel ends (not pipelined)
+    double left = 0;         // transfer seconds at full speed still to go
+  };
+  std::vector<ChannelState> channel_state_;
   bool log_enabled_ = false;
   std::vector<CopyEvent> log_;
 };

@@ -89,6 +89,10 @@ HardwareProfile parse_profile(const nlohmann::json& json, const std::string& whe
   p.link_compute_slowdown = number(link, "compute_slowdown", lw, 0, false);
   if (!(p.link_compute_slowdown < 1))
     fail(lw, "compute_slowdown", "expected a fraction in [0, 1), got {}", p.link_compute_slowdown);
+  p.link_transfer_slowdown = number(link, "transfer_slowdown", lw, 0, false);
+  if (!(p.link_transfer_slowdown < 1))
+    fail(lw, "transfer_slowdown", "expected a fraction in [0, 1), got {}",
+         p.link_transfer_slowdown);
   p.expert_bytes = static_cast<int64_t>(number(json, "expert_bytes", where, 1, true));
   const auto& compute = section(json, "compute_us", where);
   const std::string cw = where + ": compute_us";
@@ -110,7 +114,8 @@ nlohmann::json HardwareProfile::to_json() const {
             {"latency_us", link_latency_s * 1e6},
             {"pipelined", link_pipelined},
             {"channels", link_channels},
-            {"compute_slowdown", link_compute_slowdown}}},
+            {"compute_slowdown", link_compute_slowdown},
+            {"transfer_slowdown", link_transfer_slowdown}}},
           {"expert_bytes", expert_bytes},
           {"compute_us",
            {{"attention", attention_s * 1e6},
@@ -126,7 +131,8 @@ link::SimulatedLinkParams HardwareProfile::link_params() const {
           .latency_s = link_latency_s,
           .pipelined = link_pipelined,
           .channels = link_channels,
-          .compute_slowdown = link_compute_slowdown};
+          .compute_slowdown = link_compute_slowdown,
+          .transfer_slowdown = link_transfer_slowdown};
 }
 
 std::filesystem::path default_profile_dir() {

@@ -30,6 +30,9 @@ struct HardwareProfile {
   // Fraction of compute speed lost while a copy transfers (SimulatedLinkParams): measured by
   // `steermoe profile` on a CPU whose cores also serve the disk; 0 for a GPU's copy engine.
   double link_compute_slowdown = 0;
+  // Fraction of the link's transfer speed lost while compute runs (SimulatedLinkParams): measured
+  // by `steermoe profile` as the link's reads beside compute against the same reads alone.
+  double link_transfer_slowdown = 0;
   int64_t expert_bytes = 0;  // bytes of one routed expert (> 0)
   // Compute per MoE layer: A(l) = attention + router + pre-gate; M(l) = moe_fixed (shared
   // experts, combine, residual) + |S| * moe_per_expert.

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -191,6 +192,18 @@ TEST(BenchCli, ProfileWritesAProfileThatSimReads) {
   EXPECT_THAT(r.output, HasSubstr("| compute beside reads: every expert in a slot@64 disk |"));
   EXPECT_GE(p.link_compute_slowdown, 0.0);
   EXPECT_LT(p.link_compute_slowdown, 1.0);
+  // And the link's reads beside that compute against the same reads alone right after: both
+  // measured (reads happened), the slowdown a fraction the simulator accepts.
+  const json written = read_json(out);
+  EXPECT_GT(written["link"]["reads_beside_compute_GBps"].get<double>(), 0.0);
+  EXPECT_GT(written["link"]["reads_alone_GBps"].get<double>(), 0.0);
+  EXPECT_GE(p.link_transfer_slowdown, 0.0);
+  EXPECT_LT(p.link_transfer_slowdown, 1.0);
+  EXPECT_NEAR(p.link_transfer_slowdown,
+              std::clamp(1.0 - written["link"]["reads_beside_compute_GBps"].get<double>() /
+                                   written["link"]["reads_alone_GBps"].get<double>(),
+                         0.0, 0.9),
+              1e-9);
   // The link as fitted from the probe: at least one channel, pipelined.
   EXPECT_GE(p.link_channels, 1);
   EXPECT_TRUE(p.link_pipelined);
@@ -355,6 +368,28 @@ TEST(BackgroundReads, KeepReadingUntilDestroyed) {
          std::chrono::steady_clock::now() - start < std::chrono::seconds(30))
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   EXPECT_GE(reads.bytes_read(), 3 * expert);  // several copies, one after another
+  // Stopped: what it read, in how long; the counts stay put, a second stop changes nothing.
+  const BackgroundReads::Done done = reads.stop();
+  EXPECT_GE(done.copies, 3);
+  EXPECT_GE(done.bytes, int64_t{done.copies} * expert);
+  EXPECT_GT(done.seconds, 0.0);
+  EXPECT_LT(done.seconds, 60.0);
+  const BackgroundReads::Done again = reads.stop();
+  EXPECT_EQ(again.bytes, done.bytes);
+  EXPECT_EQ(reads.sample().copies, done.copies);
+}
+
+// The same reads with nothing beside them, for about as long as asked.
+TEST(BackgroundReads, AloneReadsForTheTimeAsked) {
+  const auto m = model::Model::load(kModel);
+  const auto start = std::chrono::steady_clock::now();
+  const BackgroundReads::Done alone = reads_alone(*m, 0.2, 5);
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_GE(wall, 0.2);
+  EXPECT_GT(alone.copies, 0);
+  EXPECT_GT(alone.bytes, 0);
+  EXPECT_GT(alone.seconds, 0.0);
+  EXPECT_LE(alone.seconds, wall);
 }
 
 TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {

@@ -98,6 +98,22 @@ TEST(Profile, ErrorsNameTheFieldAndTheKnownProfiles) {
     }
   }
   j["link"]["compute_slowdown"] = 0.25;
+  // And its converse, the link's speed lost while compute runs: optional (0), below 1.
+  EXPECT_EQ(ok.link_params().transfer_slowdown, 0.0);
+  j["link"]["transfer_slowdown"] = 0.125;
+  const HardwareProfile starved = parse_profile(j, "x.json");
+  EXPECT_EQ(parse_profile(starved.to_json(), "round trip").link_transfer_slowdown, 0.125);
+  EXPECT_EQ(starved.link_params().transfer_slowdown, 0.125);
+  for (const double bad : {1.0, -0.5}) {
+    j["link"]["transfer_slowdown"] = bad;
+    try {
+      parse_profile(j, "x.json");
+      FAIL() << "accepted transfer_slowdown " << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("transfer_slowdown"), std::string::npos) << e.what();
+    }
+  }
+  j["link"].erase("transfer_slowdown");
   // Channels: optional (1), an integer of at least 1, carried to the link.
   EXPECT_EQ(ok.link_channels, 1);
   j["link"]["channels"] = 3;

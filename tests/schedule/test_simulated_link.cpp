@@ -187,6 +187,132 @@ TEST(SimulatedLink, WorkRunsSlowerOverTheUnionOfOverlappingTransfers) {
   EXPECT_NEAR(link.now(), 12e-3, kEps);
 }
 
+// The converse: compute that slows the link (a disk link's I/O thread waiting for a core the
+// compute threads hold). Transfers progress at 1 - transfer_slowdown of their speed while the
+// caller works, at full speed while it waits; latency is not slowed.
+TEST(SimulatedLink, WorkSlowsTheTransfersItOverlaps) {
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0, .transfer_slowdown = 0.5});
+  link.enable_log(true);
+  link.enqueue({.bytes = 2000});  // 2 ms at full speed
+  link.enqueue({.bytes = 1000});  // 1 ms after it
+  EXPECT_NEAR(link.completion_time(1), 2e-3, kEps);
+  // 1 ms of work: the first copy moves 0.5 ms of its 2, so it ends 1.5 ms after the work.
+  link.advance(1e-3);
+  EXPECT_NEAR(link.now(), 1e-3, kEps);  // the work itself is not slowed (compute_slowdown 0)
+  EXPECT_NEAR(link.completion_time(1), 2.5e-3, kEps);
+  EXPECT_NEAR(link.completion_time(2), 3.5e-3, kEps);
+  EXPECT_NEAR(link.busy_until(), 3.5e-3, kEps);
+  // 2 ms more of work: 1.5 ms left of copy 1 at half speed takes 3 ms, past the work's end at
+  // 3 ms (1 ms of it done), so copy 1 ends at 3 + 0.5 = 3.5 ms, copy 2 at 4.5 ms.
+  link.advance(2e-3);
+  EXPECT_NEAR(link.now(), 3e-3, kEps);
+  EXPECT_NEAR(link.completion_time(1), 3.5e-3, kEps);
+  EXPECT_NEAR(link.completion_time(2), 4.5e-3, kEps);
+  // Waiting is the caller idle: full speed.
+  link.wait(2);
+  EXPECT_NEAR(link.now(), 4.5e-3, kEps);
+  ASSERT_EQ(link.log().size(), 2u);
+  EXPECT_NEAR(link.log()[0].transfer_end, 3.5e-3, kEps);
+  EXPECT_NEAR(link.log()[1].start, 3.5e-3, kEps);
+  EXPECT_NEAR(link.log()[1].end, 4.5e-3, kEps);
+  EXPECT_NEAR(link.busy_seconds(), 4.5e-3, kEps);
+  EXPECT_NEAR(link.completion_time(1), 3.5e-3, kEps);  // retired: from the log
+}
+
+TEST(SimulatedLink, TransferSlowdownLeavesLatencyAndWorkAfterTheTransfersAlone) {
+  // Pipelined: 1 ms of latency at full speed, then 1 ms of transfer at half speed while the
+  // caller works until 2 ms: half of it done, the rest at full speed after the work.
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6,
+                      .latency_s = 1e-3,
+                      .pipelined = true,
+                      .transfer_slowdown = 0.5});
+  link.enqueue({.bytes = 1000});
+  link.advance(2e-3);
+  EXPECT_NEAR(link.now(), 2e-3, kEps);
+  EXPECT_NEAR(link.completion_time(1), 2.5e-3, kEps);
+  // A copy enqueued after the work has nothing to slow it.
+  link.wait(1);
+  link.advance(1e-3);
+  EXPECT_EQ(link.completed(), 1);
+  link.enqueue({.bytes = 1000});
+  EXPECT_NEAR(link.completion_time(2), 5.5e-3, kEps);
+  for (const double bad : {-0.1, 1.0}) {
+    EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 1e6, .transfer_slowdown = bad}),
+                 steermoe::Error)
+        << bad;
+  }
+}
+
+// Both ways at once: while the transfer runs, the work runs at half speed and the transfer too.
+TEST(SimulatedLink, WorkAndTransfersSlowEachOther) {
+  SimulatedLink link({.bandwidth_bytes_per_s = 1e6,
+                      .latency_s = 0,
+                      .compute_slowdown = 0.5,
+                      .transfer_slowdown = 0.5});
+  link.enqueue({.bytes = 2000});  // 2 ms alone
+  link.advance(1e-3);             // 1 ms of work takes 2 ms beside it; it moves 1 ms of its 2
+  EXPECT_NEAR(link.now(), 2e-3, kEps);
+  EXPECT_NEAR(link.completion_time(1), 3e-3, kEps);
+  // The transfer's last 1 ms at half speed takes 2 ms, in which 1 ms of the work runs; the
+  // other 1 ms of work after it at full speed.
+  link.advance(2e-3);
+  EXPECT_NEAR(link.completion_time(1), 4e-3, kEps);
+  EXPECT_NEAR(link.now(), 5e-3, kEps);
+}
+
+// The re-timing keeps the link's rules (channels, pipelined latency, FIFO completion): with a
+// negligible slowdown, a long random run of copies, work and waits gives the fixed times.
+TEST(SimulatedLink, ReTimingWithANegligibleSlowdownGivesTheFixedTimes) {
+  for (const bool pipelined : {false, true}) {
+    for (const int channels : {1, 3}) {
+      for (const double compute : {0.0, 0.4}) {
+        SimulatedLinkParams base{.bandwidth_bytes_per_s = 1e6,
+                                 .latency_s = 0.7e-3,
+                                 .pipelined = pipelined,
+                                 .channels = channels,
+                                 .compute_slowdown = compute};
+        SimulatedLinkParams slowed = base;
+        slowed.transfer_slowdown = 1e-12;
+        SCOPED_TRACE(::testing::Message() << "pipelined " << pipelined << " channels " << channels
+                                          << " compute_slowdown " << compute);
+        SimulatedLink fixed(base), retimed(slowed);
+        fixed.enable_log(true);
+        retimed.enable_log(true);
+        uint64_t state = 12345;
+        const auto next = [&] {
+          state = state * 6364136223846793005ull + 1442695040888963407ull;
+          return static_cast<int>((state >> 33) % 1000);
+        };
+        for (int step = 0; step < 400; ++step) {
+          const int r = next();
+          if (r < 450) {
+            const CopyRequest copy{.bytes = 200 + next() * 3};
+            fixed.enqueue(copy);
+            retimed.enqueue(copy);
+          } else if (r < 900) {
+            const double work = next() * 2e-6;
+            fixed.advance(work);
+            retimed.advance(work);
+          } else if (fixed.last_ticket() > 0) {
+            const Ticket t = 1 + next() % fixed.last_ticket();
+            fixed.wait(t);
+            retimed.wait(t);
+          }
+          ASSERT_NEAR(retimed.now(), fixed.now(), 1e-9) << step;
+          ASSERT_NEAR(retimed.busy_until(), fixed.busy_until(), 1e-9) << step;
+          ASSERT_EQ(retimed.completed(), fixed.completed()) << step;
+        }
+        ASSERT_EQ(retimed.log().size(), fixed.log().size());
+        for (size_t i = 0; i < fixed.log().size(); ++i) {
+          EXPECT_NEAR(retimed.log()[i].start, fixed.log()[i].start, 1e-9) << i;
+          EXPECT_NEAR(retimed.log()[i].end, fixed.log()[i].end, 1e-9) << i;
+        }
+        EXPECT_NEAR(retimed.busy_seconds(), fixed.busy_seconds(), 1e-9);
+      }
+    }
+  }
+}
+
 TEST(SimulatedLink, RejectsBadChannelCounts) {
   for (const int bad : {0, -1, 1025}) {
     EXPECT_THROW(SimulatedLink({.bandwidth_bytes_per_s = 1e6, .channels = bad}), Error) << bad;
