@@ -51,8 +51,8 @@ double process_cpu_seconds() {
 // Best read bandwidth (bytes/s) of 2 plain and 2 prefetching passes (read_sum.hpp) over a
 // buffer far larger than the caches.
 double read_bandwidth(int threads, size_t bytes) {
-  const std::vector<float> buf(bytes / sizeof(float), 1.0f);
-  return steermoe::bench::read_bandwidth(buf, threads, 2);
+  const steermoe::bench::HugePageFloats buf(bytes / sizeof(float));
+  return steermoe::bench::read_bandwidth({buf.data(), buf.size()}, threads, 2);
 }
 
 uint64_t mem_available_bytes() {

@@ -153,8 +153,9 @@ int main(int argc, char** argv) {
     out["isa"] = std::string(steermoe::kernels::isa_name(steermoe::kernels::active_isa()));
     out["threads"] = a.threads;
     if (a.bandwidth) {
-      const std::vector<float> probe((size_t{1} << 30) / sizeof(float), 1.0f);
-      out["read_bytes_per_s"] = steermoe::bench::read_bandwidth(probe, a.threads, 3);
+      const steermoe::bench::HugePageFloats probe((size_t{1} << 30) / sizeof(float));
+      out["read_bytes_per_s"] =
+          steermoe::bench::read_bandwidth({probe.data(), probe.size()}, a.threads, 3);
       std::printf("%s\n", steermoe::dump_json(out).c_str());
       return 0;
     }
@@ -167,11 +168,13 @@ int main(int argc, char** argv) {
     uint32_t seed = 12345;
     run_once(engine, a, seed, vocab);  // warm-up (maps the pages, grows scratch)
     // Filled before the timed runs, so the probe's pages are not first touched between them.
-    const std::vector<float> probe(a.floor ? (size_t{1} << 30) / sizeof(float) : 0, 1.0f);
+    const steermoe::bench::HugePageFloats probe(a.floor ? (size_t{1} << 30) / sizeof(float) : 0);
     const double bytes_per_token = static_cast<double>(model->bytes_per_token());
     std::vector<double> tok_s, read_bytes_per_s, fraction_of_floor;
     for (int r = 0; r < a.reps; ++r) {
-      if (a.floor) read_bytes_per_s.push_back(steermoe::bench::read_bandwidth(probe, a.threads, 3));
+      if (a.floor)
+        read_bytes_per_s.push_back(
+            steermoe::bench::read_bandwidth({probe.data(), probe.size()}, a.threads, 3));
       const double s = run_once(engine, a, seed, vocab);
       tok_s.push_back(static_cast<double>(a.prompt > 0 ? a.prompt : a.gen) / s);
       if (a.floor)

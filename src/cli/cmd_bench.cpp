@@ -159,14 +159,10 @@ double simulate_row_own_link_ms(const eval::BenchResult& b, const schedule::Offl
   profile.link_latency_s = 0;
   profile.link_channels = 1;
   profile.link_pipelined = true;
+  profile.link_transfer_slowdown = 0;  // the rate the row's copies reached beside its compute
   return simulate_row_ms(b, o, spec, profile);
 }
 
-// A hardware profile measured on this machine: the link from the probe, per-layer compute from
-// the phase times on the link clock (A(l), H(l), M(l); the rest of a token's time is the head
-// and the dense layers) of `b`: the run with every expert in a slot where it fits (no read
-// during decode: the machine's compute), else the first configuration (compute slowed by its
-// own reads, which the simulator then charges a second time as link time).
 // The link's reads one after another beside a row's compute, and the same reads alone right
 // after: the link there reads at 1 - transfer_slowdown() of its speed alone (a core of the
 // machine serves both: on 2 cores with 2 compute threads the link's I/O thread waits for one).
@@ -185,12 +181,17 @@ struct ReadsBesideCompute {
   }
 };
 
+// A hardware profile measured on this machine: the link from the probe, per-layer compute from
+// the phase times on the link clock (A(l), H(l), M(l); the rest of a token's time is the head
+// and the dense layers) of `b`: the run with every expert in a slot where it fits (no read
+// during decode: the machine's compute), else the first configuration (compute slowed by its
+// own reads, which the simulator then charges a second time as link time).
 // `beside_reads`: the same run with the link reading beside it all along (or nullptr): compute
 // there runs at 1 - slowdown of its speed alone; `reads`: the rates of those reads.
 nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchResult* beside_reads,
                                 const ReadsBesideCompute& reads, const engine::DiskProbe& probe,
-                                const model::ModelConfig& cfg,
-                                const std::string& name, bool compute_without_reads) {
+                                const model::ModelConfig& cfg, const std::string& name,
+                                bool compute_without_reads) {
   double attention = 0, moe = 0, host = 0, stall = 0, token = 0;
   for (const eval::BenchRound& r : b.rounds) {
     attention += r.attention_ms;
@@ -494,7 +495,7 @@ void run_bench_cli(const BenchCli& o) {
   // single rounds moved 38-52 ms/token within one run, while the other rows of the same round did
   // not follow, so the run's mean, not the round's).
   std::vector<double> predicted(results.size()), predicted_own_link(results.size()),
-      predicted_probed(results.size());
+      predicted_probed(results.size()), predicted_probed_unslowed(results.size());
   std::vector<std::vector<double>> predicted_round(results.size());
   double compute_scale = 0;
   if (!o.predict.empty()) {
@@ -515,11 +516,15 @@ void run_bench_cli(const BenchCli& o) {
     }
     const schedule::HardwareProfile scaled =
         compute_scale > 0 ? profile.with_compute_scaled(compute_scale) : profile;
+    // The same without the link slowed by compute (where the profile has it): what the term
+    // changes, in the same run.
+    schedule::HardwareProfile unslowed = scaled;
+    unslowed.link_transfer_slowdown = 0;
     for (size_t c = 0; c < results.size(); ++c) {
       const eval::BenchResult& b = results[c];
       predicted[c] = simulate_row_ms(b, offloads[c], spec, profile);
       predicted_own_link[c] = simulate_row_own_link_ms(b, offloads[c], spec, profile);
-      double sum = 0, measured_probed = 0;
+      double sum = 0, sum_unslowed = 0, measured_probed = 0;
       int n = 0;
       for (size_t r = 0; r < b.rounds.size(); ++r) {
         const std::optional<engine::DiskProbe>& p = round_probes[c][r];
@@ -527,10 +532,14 @@ void run_bench_cli(const BenchCli& o) {
             p ? simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(scaled, *p)) : 0.0);
         if (predicted_round[c].back() <= 0) continue;
         sum += predicted_round[c].back();
+        if (scaled.link_transfer_slowdown > 0)
+          sum_unslowed +=
+              simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(unslowed, *p));
         measured_probed += b.rounds[r].mean_ms;
         ++n;
       }
       if (n > 0) predicted_probed[c] = sum / n;
+      if (n > 0) predicted_probed_unslowed[c] = sum_unslowed / n;
       if (predicted[c] <= 0) continue;
       double measured = 0;
       for (const eval::BenchRound& r : b.rounds) measured += r.mean_ms;
@@ -545,6 +554,10 @@ void run_bench_cli(const BenchCli& o) {
             "; each round with the link probed before it and the floor row's compute {:.3f} "
             "({:+.1f}%)",
             predicted_probed[c], 100.0 * (predicted_probed[c] / (measured_probed / n) - 1.0));
+      if (predicted_probed_unslowed[c] > 0)
+        own += fmt::format(" (without the link slowed by compute {:.3f}, {:+.1f}%)",
+                           predicted_probed_unslowed[c],
+                           100.0 * (predicted_probed_unslowed[c] / (measured_probed / n) - 1.0));
       std::fprintf(stderr, "bench: %s: measured %.3f ms/token, simulated %.3f (%+.1f%%)%s\n",
                    b.config.name.c_str(), measured, predicted[c],
                    100.0 * (predicted[c] / measured - 1.0), own.c_str());
@@ -554,12 +567,12 @@ void run_bench_cli(const BenchCli& o) {
     if (!probe) fail("profile", "--link", "expected --link disk (the link that is measured)");
     write_file_atomic(
         o.profile_out,
-        dump_json(measured_profile(compute_row ? results.at(*compute_row) : results.front(),
-                                   reads_row ? &results.at(*reads_row) : nullptr, reads_tally,
-                                   *probe, cfg,
-                                   std::filesystem::path(o.profile_out).stem().string(),
-                                   compute_row.has_value()),
-                  2) +
+        dump_json(
+            measured_profile(compute_row ? results.at(*compute_row) : results.front(),
+                             reads_row ? &results.at(*reads_row) : nullptr, reads_tally, *probe,
+                             cfg, std::filesystem::path(o.profile_out).stem().string(),
+                             compute_row.has_value()),
+            2) +
             "\n");
     std::fprintf(stderr, "profile: wrote %s\n", o.profile_out.c_str());
   }
@@ -592,6 +605,9 @@ void run_bench_cli(const BenchCli& o) {
         row["link_busy_gb_per_s"] = row_link_rate(results[c]) / 1e9;
       }
       if (predicted_probed[c] > 0) row["simulated_probed_ms_per_token"] = predicted_probed[c];
+      if (predicted_probed_unslowed[c] > 0)
+        row["simulated_probed_without_transfer_slowdown_ms_per_token"] =
+            predicted_probed_unslowed[c];
       for (size_t r = 0; r < results[c].rounds.size(); ++r) {
         const std::optional<engine::DiskProbe>& p = round_probes[c][r];
         if (!p) continue;

@@ -64,7 +64,8 @@ class ExpertCache {
   // True when any expert can be read at any time (no copies): a batched prefill may then route
   // a block of tokens layer-major and read every expert of a layer in one block call.
   bool batched_prefill() const { return experts_in_place() && !step_->offloaded(); }
-  // True when every expert is read where the model file maps it (resident and sim links).
+  // True when every expert is addressable at once without copies while decoding (resident and
+  // sim links: copied into an arena at construction, or read in place from the mapping).
   bool experts_in_place() const { return store().all_resident(); }
 
   // New sequence: every layer's cache back to its warm set (warm-up copies: prompt time).

@@ -2,9 +2,11 @@
 // Backends read experts only through it; links write into it. The policy and the scheduler see
 // only indices.
 //
-// Implementations: ResidentExpertStore (every expert in place in the mapped model file: the
-// all-resident case, and the logical-cache engine), and the slot stores of the offloading links
-// (RAM slots filled from disk or through an emulated link; device slots later).
+// Implementations: the all-resident stores (the resident and sim links, the logical-cache
+// engine): every expert copied once into an arena of 2 MiB pages (engine/expert_cache.cpp), or
+// ResidentExpertStore, every expert in place in the mapped model file, where an expert has no
+// host bytes to copy; and the slot stores of the offloading links (RAM slots filled from disk
+// or through an emulated link; device slots later).
 #pragma once
 
 #include "model/weights.hpp"

@@ -153,7 +153,9 @@ BackgroundReads::Done BackgroundReads::sample() const {
           .copies = copies_.load(std::memory_order_acquire)};
 }
 
-BackgroundReads::~BackgroundReads() { stop(); }
+BackgroundReads::~BackgroundReads() {
+  stop();
+}
 
 BackgroundReads::Done reads_alone(const model::Model& model, double seconds, int first) {
   BackgroundReads reads(model, first);

@@ -9,8 +9,9 @@
 // re-times the copies in flight as events (each channel's transfer progressing at the slowed
 // rate while the work runs, the work at the slowed rate while a channel is busy), leaving every
 // completion time the projection at full speed from the work's end. The clock moves only
-// through advance() (compute or host work of the caller) and wait() (a stall). Nothing allocates in steady state: in-flight copies live in a ring that
-// only grows when more copies are in flight than ever before (the warm-up at request start).
+// through advance() (compute or host work of the caller) and wait() (a stall). Nothing allocates in
+// steady state: in-flight copies live in a ring that only grows when more copies are in flight than
+// ever before (the warm-up at request start).
 #pragma once
 
 #include <cstddef>
@@ -118,7 +119,7 @@ class SimulatedLink final : public Link {
   std::vector<double> enqueued_;
   std::vector<double> transfer_s_;
   std::vector<int> channel_;
-  std::size_t head_ = 0;  // ring index of ticket completed_ + 1
+  std::size_t head_ = 0;    // ring index of ticket completed_ + 1
   double retired_end_ = 0;  // completion time of ticket completed_ (0: none yet)
   // advance_with_events' per-channel state (sized once: no allocation while advancing).
   struct ChannelState {

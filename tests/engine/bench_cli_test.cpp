@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -18,6 +19,7 @@
 #include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "common/memory_budget.hpp"
+#include "engine/expert_cache.hpp"
 #include "engine/link_probe.hpp"
 #include "engine/memory_plan.hpp"
 #include "model/expert_ranges.hpp"
@@ -384,12 +386,53 @@ TEST(BackgroundReads, AloneReadsForTheTimeAsked) {
   const auto m = model::Model::load(kModel);
   const auto start = std::chrono::steady_clock::now();
   const BackgroundReads::Done alone = reads_alone(*m, 0.2, 5);
-  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double wall =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GE(wall, 0.2);
   EXPECT_GT(alone.copies, 0);
   EXPECT_GT(alone.bytes, 0);
   EXPECT_GT(alone.seconds, 0.0);
   EXPECT_LE(alone.seconds, wall);
+}
+
+// The all-resident store copies every expert once into an arena of its own (2 MiB pages where
+// the kernel gives them), byte for byte, instead of reading the mapping's 4 KiB pages.
+TEST(ResidentStore, EveryExpertIsAnArenaCopyOfTheMappedBytes) {
+  const auto m = model::Model::load(kModel);
+  const model::ModelConfig& cfg = m->config();
+  const auto params = test_support::offload_params(*m, "exact:evict=lru", cfg.experts);
+  ExpertCache cache(*m, params.offload, {});
+  EXPECT_TRUE(cache.experts_in_place());
+  const link::ExpertLayout layout = model::expert_layout(*m);
+  // The arena's start: expert 0's first part (its gate) lies at that part's slot offset.
+  const auto* arena_base =
+      static_cast<const std::byte*>(cache.expert(0, layout.model_layer(0), 0, 0).gate.data) -
+      layout.parts(0, 0)[0].slot_offset;
+  ASSERT_EQ(reinterpret_cast<uintptr_t>(arena_base) % 4096, 0u);
+  for (int moe = 0; moe < layout.layers(); ++moe) {
+    const int layer = layout.model_layer(moe);
+    for (int e = 0; e < cfg.experts; ++e) {
+      const model::SwigluWeights& copy = cache.expert(moe, layer, e, 0);
+      const model::SwigluWeights& mapped = m->layer(layer).experts[static_cast<size_t>(e)];
+      const kernels::Matrix* pairs[3][2] = {
+          {&copy.gate, &mapped.gate}, {&copy.up, &mapped.up}, {&copy.down, &mapped.down}};
+      for (const auto& [c, o] : pairs) {
+        ASSERT_NE(c->data, o->data) << moe << " " << e;  // not read in place
+        EXPECT_EQ(c->dtype, o->dtype);
+        EXPECT_EQ(c->rows, o->rows);
+        EXPECT_EQ(c->cols, o->cols);
+        const uint64_t bytes = model::matrix_bytes(*o);
+        ASSERT_EQ(std::memcmp(c->data, o->data, bytes), 0) << moe << " " << e;
+        // Inside one arena of slot_bytes per expert, slot e of layer moe.
+        const auto offset = static_cast<const std::byte*>(c->data) - arena_base;
+        EXPECT_GE(offset, 0);
+        EXPECT_EQ(static_cast<uint64_t>(offset) / layout.slot_bytes(),
+                  static_cast<uint64_t>(moe) * cfg.experts + e);
+      }
+      // Another slot index reads the same copy (every expert has its own).
+      EXPECT_EQ(cache.expert(moe, layer, e, 3).gate.data, copy.gate.data);
+    }
+  }
 }
 
 TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {
