@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
+#include <memory>
 #include <system_error>
 #include <utility>
 
@@ -92,6 +94,36 @@ void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
   const uint64_t start = offset / page * page;
   ::madvise(const_cast<std::byte*>(data_) + start, static_cast<size_t>(offset + length - start),
             MADV_WILLNEED);
+}
+
+uint64_t MappedFile::promote_to_huge_pages(uint64_t offset, uint64_t length) {
+  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  if (data_ == nullptr || offset >= size_ || length == 0) return 0;
+  length = std::min(length, size_ - offset);
+  const auto begin = reinterpret_cast<uintptr_t>(data_) + offset;
+  const uintptr_t first = (begin + kHuge - 1) / kHuge * kHuge;
+  const uintptr_t last = (begin + length) / kHuge * kHuge;
+  if (last <= first) return 0;
+  // One window at a time through a bounce buffer: the file's bytes, then an anonymous mapping
+  // over the same addresses (MAP_FIXED replaces those pages of the file mapping), then the
+  // bytes back and the window made read-only again.
+  std::unique_ptr<std::byte[]> bounce(new std::byte[kHuge]);
+  uint64_t moved = 0;
+  for (uintptr_t at = first; at < last; at += kHuge) {
+    auto* window = reinterpret_cast<std::byte*>(at);
+    std::memcpy(bounce.get(), window, kHuge);
+    void* p = ::mmap(window, kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
+                     -1, 0);
+    if (p == MAP_FAILED) {
+      // MAP_FIXED failed before replacing anything: the file's pages are still there.
+      continue;
+    }
+    ::madvise(window, kHuge, MADV_HUGEPAGE);
+    std::memcpy(window, bounce.get(), kHuge);
+    ::mprotect(window, kHuge, PROT_READ);
+    moved += kHuge;
+  }
+  return moved;
 }
 
 }  // namespace steermoe

@@ -192,8 +192,11 @@ class GgufFile {
   TensorView tensor(std::string_view name) const;
   std::optional<TensorView> find_tensor(std::string_view name) const;
 
- // Throws if the mapped file changed on disk since it was opened (MappedFile::check_unchanged).
+  // Throws if the mapped file changed on disk since it was opened (MappedFile::check_unchanged).
   void check_unchanged() const { file_.check_unchanged(); }
+  // The mapping (empty when parsed from bytes): Model::load moves its non-expert weights into
+  // 2 MiB pages (MappedFile::promote_to_huge_pages).
+  MappedFile& mapping() { return file_; }
 
  private:
   GgufFile() = default;

@@ -61,6 +61,8 @@ class SafetensorsFile {
 
   // Throws if the mapped file changed on disk since it was opened (MappedFile::check_unchanged).
   void check_unchanged() const { file_.check_unchanged(); }
+  // The mapping (empty when parsed from bytes), as GgufFile::mapping.
+  MappedFile& mapping() { return file_; }
 
  private:
   SafetensorsFile() = default;
@@ -95,6 +97,7 @@ class Checkpoint {
   const std::filesystem::path& folder() const { return folder_; }
   size_t shard_count() const { return shards_.size(); }
   const SafetensorsFile& shard(size_t i) const { return shards_.at(i); }
+  SafetensorsFile& shard(size_t i) { return shards_.at(i); }
   // Sorted tensor names over all shards.
   std::vector<std::string> tensor_names() const;
   size_t tensor_count() const { return location_.size(); }

@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 #include "model/family_def.hpp"
@@ -129,9 +132,8 @@ void bind_ffn(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
   w.router =
       b.matrix(layer_name(b, l, "ffn_gate_inp", "mlp.gate"), static_cast<uint64_t>(c.experts), H);
   if (c.correction_bias) {
-    const std::string name =
-        b.gguf() ? fmt::format("blk.{}.exp_probs_b.bias", l)
-                 : b.hf_layer(l) + "mlp.gate.e_score_correction_bias";
+    const std::string name = b.gguf() ? fmt::format("blk.{}.exp_probs_b.bias", l)
+                                      : b.hf_layer(l) + "mlp.gate.e_score_correction_bias";
     w.router_bias = b.vector(name, static_cast<uint64_t>(c.experts));
   }
   bind_experts(b, c, l, w);
@@ -140,8 +142,9 @@ void bind_ffn(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
                            static_cast<uint64_t>(c.shared_ffn));
   }
   if (c.shared_expert_gate) {
-    w.shared_gate = b.gguf() ? b.vector(layer_name(b, l, "ffn_gate_inp_shexp", ""), H)
-                             : b.vector_of_shape(b.hf_layer(l) + "mlp.shared_expert_gate.weight", {1, H});
+    w.shared_gate =
+        b.gguf() ? b.vector(layer_name(b, l, "ffn_gate_inp_shexp", ""), H)
+                 : b.vector_of_shape(b.hf_layer(l) + "mlp.shared_expert_gate.weight", {1, H});
   }
 }
 
@@ -216,7 +219,46 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
   // is refused now (a later shrink is caught by the SIGBUS guard, common/mapped_ranges.hpp).
   if (m->gguf_) m->gguf_->check_unchanged();
   if (m->checkpoint_) m->checkpoint_->check_unchanged();
+  m->promote_non_expert_weights();
   return m;
+}
+
+void Model::promote_non_expert_weights() {
+  std::vector<MappedFile*> mappings;
+  if (gguf_) mappings.push_back(&gguf_->mapping());
+  if (checkpoint_)
+    for (size_t i = 0; i < checkpoint_->shard_count(); ++i)
+      mappings.push_back(&checkpoint_->shard(i).mapping());
+  // The routed experts' bytes stay file-backed: the offloading links read them from the file
+  // (O_DIRECT) and the all-resident store copies them into an arena of its own.
+  std::vector<std::pair<const std::byte*, const std::byte*>> experts;
+  for (const LayerWeights& w : layers_)
+    for (const SwigluWeights& e : w.experts)
+      for (const kernels::Matrix* m : {&e.gate, &e.up, &e.down})
+        if (m->data != nullptr) {
+          const kernels::MatrixRanges ranges = kernels::matrix_ranges(*m);
+          for (size_t r = 0; r < ranges.count; ++r) {
+            const auto* data = static_cast<const std::byte*>(ranges.range[r].data);
+            experts.emplace_back(data, data + ranges.range[r].bytes);
+          }
+        }
+  std::sort(experts.begin(), experts.end());
+  for (MappedFile* file : mappings) {
+    if (file->data() == nullptr) continue;
+    const std::byte* at = file->data();
+    const std::byte* end = file->data() + file->size();
+    // The gaps between expert ranges inside this mapping.
+    for (const auto& [begin, stop] : experts) {
+      if (stop <= at || begin >= end) continue;
+      if (begin > at)
+        file->promote_to_huge_pages(static_cast<uint64_t>(at - file->data()),
+                                    static_cast<uint64_t>(begin - at));
+      at = std::max(at, stop);
+    }
+    if (at < end)
+      file->promote_to_huge_pages(static_cast<uint64_t>(at - file->data()),
+                                  static_cast<uint64_t>(end - at));
+  }
 }
 
 Model::~Model() = default;
@@ -233,9 +275,9 @@ uint64_t Model::bytes_per_token() const {
   uint64_t total = matrix_bytes(lm_head_);
   total += *dtype_byte_size(embed_.dtype, static_cast<uint64_t>(config_.hidden));
   for (const LayerWeights& w : layers_) {
-    for (const kernels::Matrix* m : {&w.wq, &w.wk, &w.wv, &w.q_a, &w.q_b, &w.kv_a, &w.kv_b, &w.wo,
-                                     &w.linear.qkv, &w.linear.z, &w.linear.b, &w.linear.a,
-                                     &w.linear.out}) {
+    for (const kernels::Matrix* m :
+         {&w.wq, &w.wk, &w.wv, &w.q_a, &w.q_b, &w.kv_a, &w.kv_b, &w.wo, &w.linear.qkv, &w.linear.z,
+          &w.linear.b, &w.linear.a, &w.linear.out}) {
       if (m->data != nullptr) total += matrix_bytes(*m);
     }
     auto swiglu = [](const SwigluWeights& s) {

@@ -45,15 +45,15 @@ struct SwigluWeights {
 // split projections and both GGUF layouts are used in place). Value heads are in the order
 // config.linear.v_heads_tiled says.
 struct LinearAttnWeights {
-  kernels::Matrix qkv;      // [2 * key_dim + value_dim, hidden]: rows q | k | v
-  kernels::Matrix z;        // [value_dim, hidden] output gate
-  kernels::Matrix b;        // [v_heads, hidden] beta = sigmoid(b x)
-  kernels::Matrix a;        // [v_heads, hidden] decay input
-  WeightVector conv;        // [conv_dim * conv_kernel] depthwise causal conv, per channel
-  WeightVector dt_bias;     // [v_heads]
-  WeightVector a_neg;       // [v_heads] -exp(A_log) (GGUF ssm_a)
-  WeightVector norm;        // [v_head_dim] gated RMSNorm weight (plain, not 1 + w)
-  kernels::Matrix out;      // [hidden, value_dim]
+  kernels::Matrix qkv;   // [2 * key_dim + value_dim, hidden]: rows q | k | v
+  kernels::Matrix z;     // [value_dim, hidden] output gate
+  kernels::Matrix b;     // [v_heads, hidden] beta = sigmoid(b x)
+  kernels::Matrix a;     // [v_heads, hidden] decay input
+  WeightVector conv;     // [conv_dim * conv_kernel] depthwise causal conv, per channel
+  WeightVector dt_bias;  // [v_heads]
+  WeightVector a_neg;    // [v_heads] -exp(A_log) (GGUF ssm_a)
+  WeightVector norm;     // [v_head_dim] gated RMSNorm weight (plain, not 1 + w)
+  kernels::Matrix out;   // [hidden, value_dim]
   bool present() const { return qkv.data != nullptr; }
 };
 
@@ -124,6 +124,10 @@ class Model {
  private:
   Model() = default;
   friend class WeightBinder;
+  // Everything in the mapped files but the routed experts' bytes (attention, norms, shared
+  // experts, routers, embedding, head) moved into 2 MiB pages at the same addresses
+  // (MappedFile::promote_to_huge_pages): decode streams them every token.
+  void promote_non_expert_weights();
 
   ModelConfig config_;
   WeightFormat format_ = WeightFormat::kGguf;
