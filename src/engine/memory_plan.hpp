@@ -1,6 +1,7 @@
 // What one engine keeps resident, by part, and whether it fits a memory budget: the non-expert
-// weights (read through the page cache), the experts that stay in place (resident, sim and
-// emulated links: every expert), the L x C cache slots (disk and emulated links) and the KV
+// weights (moved to 2 MiB pages at load), every expert held in memory (resident and sim links:
+// copied into an arena; emulated: in place in the mapping), the L x C cache slots (disk and
+// emulated links) and the KV
 // cache for the whole context. A budget that cannot hold them is refused before anything is
 // loaded, with the parts and the largest cache that would fit.
 #pragma once
@@ -17,7 +18,7 @@ struct MemoryPlan {
   uint64_t weight_bytes = 0;      // the model's weight file(s)
   uint64_t non_expert_bytes = 0;  // attention, routers, shared experts, embeddings, head
   uint64_t expert_bytes = 0;      // every routed expert
-  uint64_t in_place_bytes = 0;    // experts read in place from the mapping (resident links)
+  uint64_t in_place_bytes = 0;    // every expert held in memory (resident, sim, emulated links)
   uint64_t slot_bytes = 0;        // L x C slots
   uint64_t slot_bytes_per_c = 0;  // one more slot in every MoE layer
   uint64_t kv_bytes = 0;          // KV cache at the full context
