@@ -10,6 +10,7 @@
 
 #include "common/error.hpp"
 #include "common/machine.hpp"
+#include "common/memory_limit.hpp"
 #include "engine/cuda_backend_factory.hpp"
 #include "engine/model_facts.hpp"
 #include "link/disk_link.hpp"
@@ -107,7 +108,8 @@ class ArenaResidentStore final : public ExpertStore {
 };
 
 // The all-resident store: experts copied into an arena of 2 MiB pages where every expert has a
-// host source and the arena fits in three quarters of the memory available now, else read in
+// host source and the arena fits in three quarters of the memory available now (and under
+// STEERMOE_MAX_ALLOC_BYTES, common/memory_limit.hpp), else read in
 // place from the mapping (a model larger than memory then pages through the page cache, slowly,
 // where an arena would be killed for memory).
 std::unique_ptr<ExpertStore> resident_store(const model::Model& model) {
@@ -116,7 +118,7 @@ std::unique_ptr<ExpertStore> resident_store(const model::Model& model) {
                          static_cast<uint64_t>(layout.experts()) * layout.slot_bytes();
   const uint64_t available = machine_facts().mem_available;
   if (layout.layers() > 0 && layout.complete() && layout.in_memory() &&
-      (available == 0 || arena <= available / 4 * 3))
+      (available == 0 || arena <= available / 4 * 3) && arena <= allocation_cap_bytes())
     return std::make_unique<ArenaResidentStore>(model, layout);
   return std::make_unique<ResidentExpertStore>(model);
 }

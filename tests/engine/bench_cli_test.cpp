@@ -435,6 +435,19 @@ TEST(ResidentStore, EveryExpertIsAnArenaCopyOfTheMappedBytes) {
   }
 }
 
+// Where the arena would not fit (here: a cap below it), the experts are read in place from the
+// mapping, as before the arena: slower, never killed for memory.
+TEST(ResidentStore, ExpertsThatDoNotFitAreReadInPlace) {
+  const auto m = model::Model::load(kModel);
+  const auto params = test_support::offload_params(*m, "exact:evict=lru", m->config().experts);
+  ::setenv("STEERMOE_MAX_ALLOC_BYTES", "4096", 1);
+  ExpertCache cache(*m, params.offload, {});
+  ::unsetenv("STEERMOE_MAX_ALLOC_BYTES");
+  const int layer = model::expert_layout(*m).model_layer(0);
+  EXPECT_TRUE(cache.experts_in_place());
+  EXPECT_EQ(cache.expert(0, layer, 5, 0).gate.data, m->layer(layer).experts[5].gate.data);
+}
+
 TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {
   const auto m = model::Model::load(kModel);
   const auto disk = test_support::offload_params(*m, "exact:evict=lru", 16, "disk").offload;
