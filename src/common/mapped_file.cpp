@@ -115,8 +115,12 @@ uint64_t MappedFile::promote_to_huge_pages(uint64_t offset, uint64_t length) {
     void* p = ::mmap(window, kHuge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED,
                      -1, 0);
     if (p == MAP_FAILED) {
-      // MAP_FIXED failed before replacing anything: the file's pages are still there.
-      continue;
+      // A failed MAP_FIXED may already have unmapped the window: stop here, naming the file,
+      // rather than leave a hole a later read would fault on.
+      fail(path_.string(), "mapping",
+           "cannot remap 2 MiB of the weights at offset {} into anonymous memory ({}); expected "
+           "the memory for it (vm.max_map_count, RLIMIT_AS)",
+           at - reinterpret_cast<uintptr_t>(data_), errno_text(errno));
     }
     ::madvise(window, kHuge, MADV_HUGEPAGE);
     std::memcpy(window, bounce.get(), kHuge);
