@@ -7,7 +7,6 @@
 #pragma once
 
 #include <immintrin.h>
-#include <sys/mman.h>
 
 #include <algorithm>
 #include <chrono>
@@ -17,6 +16,8 @@
 #include <span>
 #include <thread>
 #include <vector>
+
+#include "common/huge_pages.hpp"
 
 namespace steermoe::bench {
 
@@ -94,12 +95,11 @@ double fastest_read_seconds(const float* p, size_t n, bool avx512, Seconds secon
 // the weights would flatter the decode.
 class HugePageFloats {
  public:
-  explicit HugePageFloats(size_t n) : n_(n) {
-    constexpr size_t kHuge = size_t{2} << 20;
-    const size_t bytes = std::max<size_t>((n * sizeof(float) + kHuge - 1) / kHuge * kHuge, kHuge);
-    data_ = static_cast<float*>(std::aligned_alloc(kHuge, bytes));
+  explicit HugePageFloats(size_t n)
+      : data_(
+            reinterpret_cast<float*>(allocate_huge_pages(std::max<size_t>(n, 1) * sizeof(float)))),
+        n_(n) {
     if (data_ == nullptr) throw std::bad_alloc();
-    ::madvise(data_, bytes, MADV_HUGEPAGE);
     std::fill(data_, data_ + n, 1.0f);
   }
   ~HugePageFloats() { std::free(data_); }

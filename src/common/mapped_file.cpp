@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/huge_pages.hpp"
 #include "common/mapped_ranges.hpp"
 
 namespace steermoe {
@@ -97,7 +98,7 @@ void MappedFile::prefetch(uint64_t offset, uint64_t length) const {
 }
 
 uint64_t MappedFile::promote_to_huge_pages(uint64_t offset, uint64_t length) {
-  constexpr uintptr_t kHuge = uintptr_t{2} << 20;
+  constexpr auto kHuge = static_cast<uintptr_t>(kHugePageBytes);
   if (data_ == nullptr || offset >= size_ || length == 0) return 0;
   length = std::min(length, size_ - offset);
   const auto begin = reinterpret_cast<uintptr_t>(data_) + offset;

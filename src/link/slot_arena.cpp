@@ -1,18 +1,13 @@
 #include "link/slot_arena.hpp"
 
-#include <sys/mman.h>
-
 #include <cstdlib>
 #include <utility>
 
 #include "common/error.hpp"
+#include "common/huge_pages.hpp"
 #include "link/expert_layout.hpp"
 
 namespace steermoe::link {
-
-namespace {
-constexpr uint64_t kHugePage = uint64_t{2} << 20;
-}  // namespace
 
 SlotArena::SlotArena(int32_t layers, int32_t slots_per_layer, uint64_t slot_bytes)
     : layers_(layers), slots_(slots_per_layer), slot_bytes_(align_up(slot_bytes)) {
@@ -21,19 +16,16 @@ SlotArena::SlotArena(int32_t layers, int32_t slots_per_layer, uint64_t slot_byte
          slots_per_layer);
   const uint64_t total = total_bytes();
   if (total == 0) return;
-  // Arenas of at least a huge page are 2 MiB aligned, rounded up to whole huge pages, and asked
-  // for transparent huge pages (where the kernel gives them only on request): compute reads
-  // every executed expert's bytes from here once per token, and with 2 MiB pages the OLMoE-1B-7B
-  // shape's compute with every expert in a slot took 30.6 ms/token against 34.8 with 4 KiB
-  // pages (Q4_K_M, 2 threads, Intel Xeon). Without THP the hint is ignored (4 KiB pages).
-  const bool huge = total >= kHugePage;
-  const uint64_t alignment = huge ? kHugePage : kDirectAlignment;
-  const uint64_t bytes = (total + alignment - 1) / alignment * alignment;
-  base_ = static_cast<std::byte*>(std::aligned_alloc(alignment, bytes));
+  // Arenas of at least a huge page live in huge pages (common/huge_pages.hpp): compute reads
+  // every executed expert's bytes from here once per token, and with 2 MiB pages the
+  // OLMoE-1B-7B shape's compute with every expert in a slot took 30.6 ms/token against 34.8 with
+  // 4 KiB pages (Q4_K_M, 2 threads, Intel Xeon).
+  base_ = total >= kHugePageBytes
+              ? allocate_huge_pages(total)
+              : static_cast<std::byte*>(std::aligned_alloc(kDirectAlignment, total));
   if (base_ == nullptr)
     fail("slot arena", "allocation", "cannot allocate {} bytes ({} x {} slots of {} bytes)", total,
          layers, slots_per_layer, slot_bytes_);
-  if (huge) ::madvise(base_, bytes, MADV_HUGEPAGE);
 }
 
 SlotArena::SlotArena(SlotArena&& other) noexcept
