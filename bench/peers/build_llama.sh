@@ -6,6 +6,12 @@
 # binaries already exist, so a second engineer reuses the same build.
 #
 #   bench/peers/build_llama.sh [DIR] [VERSION]     (VERSION default 0.3.36)
+#   NO_AMX=1 bench/peers/build_llama.sh DIR         (the same without AMX instructions)
+#
+# NO_AMX: some virtual machines advertise AMX (amx_tile, amx_int8 in /proc/cpuinfo) without
+# running it: there llama.cpp's AMX buffers for Q8_0 / Q4 prefill die of SIGILL or a protection
+# fault (seen on a Firecracker Intel Xeon). GCC's explicit -mno-amx-* win over -march=native, so
+# the peer keeps every other instruction set of the CPU and its repacked (non-AMX) layouts.
 set -euo pipefail
 dir=${1:-/work/llama}
 version=${2:-0.3.36}
@@ -23,10 +29,13 @@ if [[ ! -d src/vendor/llama.cpp ]]; then
 fi
 # GGML_NATIVE: the peer gets every instruction set of this CPU, as a user's own build would.
 # llama-cli needs the server library (LLAMA_BUILD_SERVER stays on); only three targets build.
+extra_flags=""
+[[ ${NO_AMX:-0} == 1 ]] && extra_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
 cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+  -DCMAKE_C_FLAGS="$extra_flags" -DCMAKE_CXX_FLAGS="$extra_flags" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DBUILD_SHARED_LIBS=OFF
 cmake --build build -j"${JOBS:-2}" --target llama-bench llama-cli llama-quantize
 # The sdist carries no .git, so the peer is named by the sdist version in reports.
-echo "llama-cpp-python $version" >"$dir/VERSION"
+echo "llama-cpp-python $version${extra_flags:+ ($extra_flags)}" >"$dir/VERSION"
 echo "built: $(ls "$bin")"

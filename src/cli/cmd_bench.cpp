@@ -143,7 +143,8 @@ double simulate_row_ms(const eval::BenchResult& b, const schedule::OffloadConfig
                                                      {.cache_slots = o.cache_slots,
                                                       .max_inflight = o.max_inflight,
                                                       .pacing = o.pacing,
-                                                      .issue = o.issue});
+                                                      .issue = o.issue,
+                                                      .moe_wait = o.moe_wait});
   return sim.mean_s * 1e3;
 }
 
@@ -589,6 +590,7 @@ void run_bench_cli(const BenchCli& o) {
                                 {"max_inflight", o.engine.max_inflight},
                                 {"prefetch_pacing", o.engine.pacing},
                                 {"prefetch_issue", o.engine.issue},
+                                {"moe_wait", o.engine.moe_wait},
                                 {"calibration", calib_path},
                                 {"scores_from", o.scores_from},
                                 {"warmup_rounds", o.warmup},

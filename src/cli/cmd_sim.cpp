@@ -38,6 +38,7 @@ struct SimOptionsCli {
   std::vector<int> max_inflight{2};
   std::string pacing = "fifo";
   std::vector<std::string> issue{"boundary"};
+  std::string moe_wait = "all";
   int64_t steps = 0;
   double link_gbps = 0;
   double latency_us = -1;
@@ -51,6 +52,7 @@ struct Row {
   int max_inflight = 0;
   std::string pacing;
   std::string issue;
+  std::string moe_wait;
   std::string loop, loop_reason;
   bool physical = false;
   schedule::SimResult result;
@@ -70,6 +72,7 @@ nlohmann::json row_json(const Row& row, int layers) {
       {"max_inflight", row.max_inflight},
       {"prefetch_pacing", row.pacing},
       {"prefetch_issue", row.issue},
+      {"moe_wait", row.moe_wait},
       {"loop", row.loop},
       {"loop_reason", row.loop_reason},
       {"tokens", t.tokens},
@@ -204,6 +207,7 @@ void run_sim(const SimOptionsCli& o) {
         row.max_inflight = inflight;
         row.pacing = o.pacing;
         row.issue = issue;
+        row.moe_wait = o.moe_wait;
         row.physical = config.physical;
         row.loop = loop.loop;
         row.loop_reason = loop.reason;
@@ -212,7 +216,8 @@ void run_sim(const SimOptionsCli& o) {
                                         {.cache_slots = o.cache,
                                          .max_inflight = inflight,
                                          .pacing = schedule::parse_pacing(o.pacing),
-                                         .issue = schedule::parse_issue(issue)});
+                                         .issue = schedule::parse_issue(issue),
+                                         .moe_wait = schedule::parse_moe_wait(o.moe_wait)});
         row.wall_s =
             std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
         rows.push_back(std::move(row));
@@ -305,6 +310,12 @@ void add_sim_command(CLI::App& root) {
                   "`run --help`); several values: one row each")
       ->take_all()
       ->check(CLI::IsMember({"boundary", "early"}));
+  cmd->add_option("--moe-wait", o->moe_wait,
+                  "When a layer's MoE starts: all (after every copy of its experts, the timing "
+                  "model as specified) | ready (at once on the experts in their slots, the others "
+                  "as their copies complete; see `run --help`)")
+      ->check(CLI::IsMember({"all", "ready"}))
+      ->capture_default_str();
   cmd->add_option("--max-inflight", o->max_inflight,
                   "Enqueued unfinished prefetches allowed at a layer boundary (several values: one "
                   "row each)")

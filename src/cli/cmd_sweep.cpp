@@ -37,6 +37,7 @@ struct SweepCli {
   int rounds = 3, windows = 4, window_len = 256, max_windows = 0, threads = 1, max_inflight = 2;
   std::string link = "resident", calib, plot = "tools/plot/plot.py", python = "/usr/bin/python3";
   std::string pacing = "fifo", issue = "boundary";  // bench/kl --prefetch-pacing / -issue
+  std::string moe_wait = "all";                     // bench/kl --moe-wait
   bool token_ms = false, no_bench = false, no_kl = false;
 };
 
@@ -110,6 +111,7 @@ void run_sweep(const SweepCli& o) {
   json recorded = options;
   if (o.pacing != "fifo") recorded["prefetch_pacing"] = o.pacing;
   if (o.issue != "boundary") recorded["prefetch_issue"] = o.issue;
+  if (o.moe_wait != "all") recorded["moe_wait"] = o.moe_wait;
   const fs::path meta = dir / "sweep.json";
   if (fs::exists(meta)) {
     const json old = read_json(meta);
@@ -135,7 +137,9 @@ void run_sweep(const SweepCli& o) {
                                   "--prefetch-pacing",
                                   o.pacing,
                                   "--prefetch-issue",
-                                  o.issue};
+                                  o.issue,
+                                  "--moe-wait",
+                                  o.moe_wait};
   if (!o.calib.empty()) engine.insert(engine.end(), {"--calib", o.calib});
 
   const size_t total =
@@ -213,6 +217,7 @@ void run_sweep(const SweepCli& o) {
     json b = options;
     b["prefetch_pacing"] = o.pacing;
     b["prefetch_issue"] = o.issue;
+    b["moe_wait"] = o.moe_wait;
     b["schema"] = "steermoe.bench/1";
     b["note"] = "each point timed by its own `steermoe bench` run (not interleaved across points)";
     b["configurations"] = bench_configs;
@@ -283,6 +288,10 @@ void add_sweep_command(CLI::App& root) {
   cmd->add_option("--prefetch-issue", o->issue,
                   "bench/kl --prefetch-issue of every point: boundary | early (latency only)")
       ->check(CLI::IsMember({"boundary", "early"}))
+      ->capture_default_str();
+  cmd->add_option("--moe-wait", o->moe_wait,
+                  "bench/kl --moe-wait of every point: all | ready (latency only)")
+      ->check(CLI::IsMember({"all", "ready"}))
       ->capture_default_str();
   cmd->add_option("--calib", o->calib, "Calibration (.smcal); default: the model's calib.smcal");
   cmd->add_flag("--token-ms", o->token_ms, "bench: keep every token's latency (CDF plots)");

@@ -49,6 +49,13 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
          "latency only, routing and output never change")
       ->check(CLI::IsMember({"boundary", "early"}))
       ->capture_default_str();
+  cmd->add_option("--moe-wait", o.moe_wait,
+                  "When a layer's MoE starts: all (after every copy of its experts completed, the "
+                  "timing model as specified) | ready (at once on the experts already in their "
+                  "slots, the others as their copies complete, so a missing expert is read "
+                  "while the others compute); latency only, routing and output never change")
+      ->check(CLI::IsMember({"all", "ready"}))
+      ->capture_default_str();
   cmd->add_option("--calib", o.calib,
                   "Calibration (.smcal); default: the model's calib.smcal when present");
   cmd->add_flag("--verify", o.verify,
@@ -130,6 +137,7 @@ schedule::OffloadRequest offload_request(const EngineOptions& o, const model::Mo
                              .max_inflight = o.max_inflight,
                              .pacing = o.pacing,
                              .issue = o.issue,
+                             .moe_wait = o.moe_wait,
                              .verify = o.verify};
   const std::string path = calibration_path(o, model_path);
   if (path.empty()) return r;

@@ -22,6 +22,7 @@ struct EngineOptions {
   int max_inflight = 2;
   std::string pacing = "fifo";
   std::string issue = "boundary";  // --prefetch-issue
+  std::string moe_wait = "all";    // --moe-wait
   std::string calib;               // empty = the model's own calib.smcal when present
   bool verify = false;
   std::string backend = "auto";  // cpu | cuda | auto (cuda when built with it and a GPU is present)

@@ -55,6 +55,13 @@ class ComputeBackend {
   // MoE block: calls [n][K] (token-major; each token's calls in ascending expert order) plus the
   // shared experts, added to the residual.
   virtual void moe(int layer, int n, std::span<const ExpertCall> calls) = 0;
+  // One token's MoE block in parts (schedule::MoeWait::kReady): the calls at `picks` now; at
+  // `last` the block's output is added to the residual, bit for bit as moe(layer, 1, calls)
+  // adds it. This default computes everything at the last part.
+  virtual void moe_part(int layer, std::span<const ExpertCall> calls,
+                        std::span<const int32_t> /*picks*/, bool /*first*/, bool last) {
+    if (last) moe(layer, 1, calls);
+  }
   // Dense FFN block, added to the residual.
   virtual void dense_ffn(int layer, int n) = 0;
   // Final norm and output head: all n tokens' logits into `all_logits` ([n][vocab]) when it is

@@ -256,6 +256,18 @@ void Engine::moe(int m) {
   backend_->moe(layer, n_, calls);
 }
 
+void Engine::moe_part(int m, std::span<const int32_t> picks, bool first, bool last) {
+  SM_ASSERT(n_ == 1);  // decode: the step splits only run_token's MoE
+  const int layer = moe_layers_[static_cast<size_t>(m)];
+  const std::span<ExpertCall> calls(calls_.data(), static_cast<size_t>(cfg_.top_k));
+  // Only the picked experts' copies are known to have completed: the cache refuses any other.
+  for (const int32_t i : picks) {
+    ExpertCall& call = calls[static_cast<size_t>(i)];
+    call.weights = &cache_->expert(m, layer, call.expert, call.slot);
+  }
+  backend_->moe_part(layer, calls, picks, first, last);
+}
+
 void Engine::finish() {
   run_dense_layers(cfg_.layers);
   backend_->head(n_, all_logits_);

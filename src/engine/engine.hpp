@@ -150,6 +150,7 @@ class Engine : private schedule::LayerDriver {
   void routed(int moe_layer, int position, const policy::Decision& d,
               std::span<const float> pregate) override;
   void moe(int moe_layer) override;
+  void moe_part(int moe_layer, std::span<const int32_t> picks, bool first, bool last) override;
   void finish() override;
 
   const model::Model& model_;

@@ -210,7 +210,8 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
                               .expert_bytes = expert_bytes_,
                               .max_positions = params.max_positions,
                               .pacing = config_.pacing,
-                              .issue = config_.issue},
+                              .issue = config_.issue,
+                              .moe_wait = config_.moe_wait},
       link());
   if (sim_clock_ != nullptr) step_->simulate_compute(sim_clock_, &profile_);
   if (config_.block) step_->enable_blocks(*config_.block, params.max_positions);

@@ -142,6 +142,14 @@ class Ops {
   // weight * down(silu(gate x) * up x), summed in call order. `layer` is the model layer.
   virtual void moe(int layer, const float* x, int n, std::span<const ExpertCall> calls,
                    float* out) = 0;
+  // One token's moe() in parts (schedule::MoeWait::kReady: a layer's experts computed as their
+  // copies complete): the calls at positions `picks` (ascending) now; at `last`, when every call
+  // has been in a part, out = the sum moe() gives, bit for bit. Calls not picked yet may hold
+  // stale weight pointers. This default computes everything at the last part.
+  virtual void moe_part(int layer, const float* x, std::span<const ExpertCall> calls,
+                        std::span<const int32_t> /*picks*/, bool last, float* out) {
+    if (last) moe(layer, x, 1, calls, out);
+  }
   // Gated DeltaNet over n tokens, one after the other: qkv [n][2 * k_heads * dk + v_heads * dv]
   // (the projections; overwritten), z [n][v_heads * dv], b and a [n][v_heads]; the state
   // advances; core [n][v_heads * dv] gets the gated-normalised outputs.

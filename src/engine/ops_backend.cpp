@@ -390,17 +390,35 @@ RouterScores OpsBackend::router(int l, int next, int n) {
 
 void OpsBackend::moe(int l, int n, std::span<const ExpertCall> calls) {
   Buffers& b = *b_;
-  const model::LayerWeights& w = model_.layer(l);
-  const int64_t count = static_cast<int64_t>(n) * cfg_.hidden;
   ops_->moe(l, b.a, n, calls, b.o);
-  if (w.shared.present()) {
-    // Shared experts are added after the routed sum.
-    swiglu_ffn(w.shared, cfg_.shared_ffn, b.a, n, b.shared);
-    // Qwen3-Next / 3.5: shared expert output *= sigmoid(shared_expert_gate . x).
-    if (!w.shared_gate.empty())
-      ops_->sigmoid_dot_scale(b.shared, b.a, w.shared_gate, n, cfg_.hidden);
-    ops_->add(b.o, b.shared, b.o, count);
-  }
+  shared_expert(l, n);
+  add_moe_output(l, n);
+}
+
+// The shared expert goes with the first part: it needs no copy, so it computes while the
+// routed experts' copies complete. The sum is the same as moe()'s (routed sum, then + shared).
+void OpsBackend::moe_part(int l, std::span<const ExpertCall> calls, std::span<const int32_t> picks,
+                          bool first, bool last) {
+  Buffers& b = *b_;
+  if (first) shared_expert(l, 1);
+  ops_->moe_part(l, b.a, calls, picks, last, b.o);
+  if (last) add_moe_output(l, 1);
+}
+
+void OpsBackend::shared_expert(int l, int n) {
+  Buffers& b = *b_;
+  const model::LayerWeights& w = model_.layer(l);
+  if (!w.shared.present()) return;
+  swiglu_ffn(w.shared, cfg_.shared_ffn, b.a, n, b.shared);
+  // Qwen3-Next / 3.5: shared expert output *= sigmoid(shared_expert_gate . x).
+  if (!w.shared_gate.empty()) ops_->sigmoid_dot_scale(b.shared, b.a, w.shared_gate, n, cfg_.hidden);
+}
+
+void OpsBackend::add_moe_output(int l, int n) {
+  Buffers& b = *b_;
+  const int64_t count = static_cast<int64_t>(n) * cfg_.hidden;
+  // Shared experts are added after the routed sum.
+  if (model_.layer(l).shared.present()) ops_->add(b.o, b.shared, b.o, count);
   ops_->add(b.x, b.o, b.x, count);
   // The expert references (a device slot may be refilled next) are not read after this returns.
   ops_->sync();

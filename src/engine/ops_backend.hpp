@@ -37,6 +37,8 @@ class OpsBackend : public ComputeBackend {
   void attention(int layer, int n, int pos) final;
   RouterScores router(int layer, int next_moe_layer, int n) final;
   void moe(int layer, int n, std::span<const ExpertCall> calls) final;
+  void moe_part(int layer, std::span<const ExpertCall> calls, std::span<const int32_t> picks,
+                bool first, bool last) final;
   void dense_ffn(int layer, int n) final;
   void head(int n, std::span<float> all_logits) final;
   std::span<const float> logits() const final;
@@ -54,6 +56,10 @@ class OpsBackend : public ComputeBackend {
   void mla_attention(int layer, int n, int pos0);
   void gated_deltanet(int layer, int n, int pos0);
   void swiglu_ffn(const model::SwigluWeights& w, int ffn, const float* in, int n, float* out);
+  // The MoE block's shared expert (if any) into the shared buffer; then the routed sum plus it
+  // into the residual.
+  void shared_expert(int layer, int n);
+  void add_moe_output(int layer, int n);
   // Where the host reads `count` floats of backend memory: in place, or a copy into `host`
   // (complete after ops_->sync()).
   const float* host_view(float* host, const float* src, size_t count);

@@ -42,6 +42,7 @@ OffloadRequest OffloadConfig::request() const {
           .max_inflight = max_inflight,
           .pacing = pacing_name(pacing),
           .issue = issue_name(issue),
+          .moe_wait = moe_wait_name(moe_wait),
           .spec_select = block      ? policy::block_rule_name(block->rule)
                          : rollback ? "rollback"
                                     : "",
@@ -82,6 +83,16 @@ const char* issue_name(PrefetchIssue issue) {
   return issue == PrefetchIssue::kEarly ? "early" : "boundary";
 }
 
+MoeWait parse_moe_wait(const std::string& text) {
+  if (text == "all") return MoeWait::kAll;
+  if (text == "ready") return MoeWait::kReady;
+  fail("--moe-wait", "value", "expected all or ready, found '{}'", text);
+}
+
+const char* moe_wait_name(MoeWait wait) {
+  return wait == MoeWait::kReady ? "ready" : "all";
+}
+
 OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) {
   const policy::RouterSpec& spec = model.spec;
   const bool dense = spec.layers == 0;
@@ -95,6 +106,7 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
   c.max_inflight = r.max_inflight;
   c.pacing = parse_pacing(r.pacing);
   c.issue = parse_issue(r.issue);
+  c.moe_wait = parse_moe_wait(r.moe_wait);
   if (r.spec_select == "rollback" && !dense) {
     c.rollback = true;  // on every link: restored slots are copied again (OffloadStep::rollback)
   } else if (!r.spec_select.empty() && !dense) {

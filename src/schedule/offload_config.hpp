@@ -26,6 +26,7 @@ struct OffloadRequest {
   int max_inflight = 2;                    // prefetch copies in flight at a layer boundary
   std::string pacing = "fifo";             // --prefetch-pacing: fifo | defer | demand
   std::string issue = "boundary";          // --prefetch-issue: boundary | early
+  std::string moe_wait = "all";            // --moe-wait: all | ready
   // Speculative decoding's verification (--spec-select): "" (through the policy) | rollback |
   // exact | block | block:conf, with the block rules' pool P and union slots U per layer (0: the
   // cache size C).
@@ -56,6 +57,7 @@ struct OffloadConfig {
   int max_inflight = 2;         // 1..1024
   PrefetchPacing pacing = PrefetchPacing::kFifo;   // physical only: routing never sees it
   PrefetchIssue issue = PrefetchIssue::kBoundary;  // physical only
+  MoeWait moe_wait = MoeWait::kAll;                // physical only
   std::optional<policy::BlockParams> block;        // verification rules (speculative decoding)
   bool rollback = false;  // verification through the policy, rejected positions taken back
   bool verify = false;
@@ -80,7 +82,7 @@ struct OffloadConfig {
 // the option for: both --cache and --residency, a policy that does not fit the model or the
 // cache, a calibration of another shape, a cache-aware policy below C = E without a
 // calibration, a bad --link, max_inflight outside 1..1024, an unknown --prefetch-pacing or
-// --prefetch-issue.
+// --prefetch-issue or --moe-wait.
 OffloadConfig resolve_offload(const OffloadRequest& request, const ModelFacts& model);
 
 // "fifo" | "defer" | "demand" (Error naming --prefetch-pacing otherwise), and back.
@@ -90,5 +92,9 @@ const char* pacing_name(PrefetchPacing pacing);
 // "boundary" | "early" (Error naming --prefetch-issue otherwise), and back.
 PrefetchIssue parse_issue(const std::string& text);
 const char* issue_name(PrefetchIssue issue);
+
+// "all" | "ready" (Error naming --moe-wait otherwise), and back.
+MoeWait parse_moe_wait(const std::string& text);
+const char* moe_wait_name(MoeWait wait);
 
 }  // namespace steermoe::schedule

@@ -18,6 +18,10 @@ OffloadStep::OffloadStep(const policy::RouterSpec& spec, const policy::PolicyCon
       experts_(spec.experts),
       max_positions_(params.max_positions),
       timings_(static_cast<size_t>(spec.layers)),
+      moe_wait_(params.moe_wait),
+      moe_left_(static_cast<size_t>(spec.top_k)),
+      moe_part_(static_cast<size_t>(spec.top_k)),
+      moe_part_slots_(static_cast<size_t>(spec.top_k)),
       pregate_(static_cast<size_t>(params.max_positions) * static_cast<size_t>(spec.experts)) {
   SM_ASSERT(params.max_positions >= 1);
   physical_slots_ = std::max(params.cache_slots, params.physical_slots);
@@ -117,9 +121,7 @@ const TokenStats* OffloadStep::run_token(int32_t token, LayerDriver& driver) {
              next);
     driver.routed(l, 0, d, kept_pregate(0));
     keep_pregate(next, 1);
-    wait(l);
-    driver.moe(l);
-    end_layer(l);
+    wait_and_compute(l, driver);
   }
   driver.finish();
   counts_.tokens += 1;
@@ -384,6 +386,64 @@ void OffloadStep::wait(int layer) {
   if (!scheduler_) return;
   scheduler_->wait_for_layer(layer, router_.decision(layer).selected_slot);
   timings_[static_cast<size_t>(layer)].moe_start = clock();
+}
+
+void OffloadStep::wait_and_compute(int layer, LayerDriver& driver) {
+  if (!scheduler_ || moe_wait_ == MoeWait::kAll) {
+    wait(layer);
+    driver.moe(layer);
+    end_layer(layer);
+    return;
+  }
+  SM_ASSERT(layer == host_layer_);
+  const std::span<const int32_t> slots = router_.decision(layer).selected_slot;
+  SM_ASSERT(slots.size() <= moe_left_.size());
+  size_t left = slots.size();
+  for (size_t i = 0; i < left; ++i) moe_left_[i] = static_cast<int32_t>(i);
+  LayerTiming& timing = timings_[static_cast<size_t>(layer)];
+  bool first = true;
+  while (left > 0) {
+    // The part: every position left whose copy has completed, in the order of S.
+    const link::Ticket done = link_->completed();
+    size_t part = 0, kept = 0;
+    int32_t earliest = -1;  // the slot of the earliest copy still in flight
+    link::Ticket earliest_ticket = 0;
+    for (size_t j = 0; j < left; ++j) {
+      const int32_t i = moe_left_[j];
+      const int32_t slot = slots[static_cast<size_t>(i)];
+      const link::Ticket t = scheduler_->slot_ticket(layer, slot);
+      if (t <= done) {
+        moe_part_[part] = i;
+        moe_part_slots_[part++] = slot;
+      } else {
+        moe_left_[kept++] = i;
+        if (earliest < 0 || t < earliest_ticket) {
+          earliest = slot;
+          earliest_ticket = t;
+        }
+      }
+    }
+    if (part == 0) {
+      // Nothing to compute: wait for the earliest copy (charged as a stall like kAll's waits).
+      // A copy may also complete between completed() and here: the wait then returns at once.
+      scheduler_->wait_for_layer(layer, std::span<const int32_t>(&earliest, 1));
+      continue;
+    }
+    left = kept;
+    if (first) {
+      // Waits for nothing (their copies have completed); under PrefetchIssue::kEarly it sends
+      // the pending prefetches, as kAll's wait does.
+      scheduler_->wait_for_layer(layer, std::span<const int32_t>(moe_part_slots_.data(), part));
+      timing.moe_start = clock();
+    }
+    driver.moe_part(layer, std::span<const int32_t>(moe_part_.data(), part), first, left == 0);
+    if (sim_clock_ != nullptr) {  // M(l) charged per part: the fixed share with the first
+      sim_clock_->advance((first ? profile_->moe_fixed_s : 0.0) +
+                          static_cast<double>(part) * profile_->moe_per_expert_s);
+    }
+    first = false;
+  }
+  timing.moe_end = clock();
 }
 
 void OffloadStep::end_layer(int layer) {

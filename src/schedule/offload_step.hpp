@@ -59,6 +59,7 @@ struct OffloadParams {
   int max_positions = 1;     // largest block run_layer_major is given
   PrefetchPacing pacing = PrefetchPacing::kFifo;   // when pending prefetches are copied
   PrefetchIssue issue = PrefetchIssue::kBoundary;  // where pending prefetches may be enqueued
+  MoeWait moe_wait = MoeWait::kAll;                // when M(l) may start on a part of S
 };
 
 // Link-clock times of one MoE layer's events in the last token (seconds; the link's origin).
@@ -66,7 +67,7 @@ struct LayerTiming {
   double attention_start = 0;  // A(l) starts
   double host_start = 0;       // start of H(l)
   double host_end = 0;         // end of H(l), before the scheduler's enqueues
-  double moe_start = 0;        // after the wait
+  double moe_start = 0;        // after the wait (MoeWait::kReady: the first part's start)
   double moe_end = 0;          // M(l) ended
 };
 
@@ -92,6 +93,14 @@ class LayerDriver {
                       std::span<const float> pregate) = 0;
   // M(layer) over the decisions of every position; the copies into their slots have completed.
   virtual void moe(int /*layer*/) {}
+  // MoeWait::kReady (decode, one position): M(layer) in parts. `picks` are positions in S
+  // (ascending) whose copies have completed; the parts of one layer partition S, the first has
+  // `first`, the last `last`. The driver must leave the layer's output as moe(layer) does,
+  // bit for bit, whatever the split (each expert's output kept, summed in the order of S at the
+  // last part). This default computes everything at the last part (no overlap, same output).
+  virtual void moe_part(int layer, std::span<const int32_t> /*picks*/, bool /*first*/, bool last) {
+    if (last) moe(layer);
+  }
   // After the last MoE layer, inside the token's time: the rest of the network and the head.
   virtual void finish() {}
 };
@@ -203,6 +212,9 @@ class OffloadStep {
                                std::span<const float> weight_scores,
                                std::span<const float> pregate_next);
   void wait(int layer);
+  // wait + M(layer) by the driver, whole (MoeWait::kAll) or in parts (kReady); a simulated
+  // clock charges M as it goes.
+  void wait_and_compute(int layer, LayerDriver& driver);
   void end_layer(int layer);
   const TokenStats* end_token();
   // run_block with a link: puts the executed experts of `decisions` in slots of `layer`, fills
@@ -236,6 +248,10 @@ class OffloadStep {
   std::vector<int32_t> order_;         // [E] scratch
   std::vector<int32_t> slot_experts_;  // [L * C] scratch for begin_request
   std::vector<LayerTiming> timings_;   // [L]
+  MoeWait moe_wait_ = MoeWait::kAll;
+  // wait_and_compute's scratch under MoeWait::kReady, [K] each: positions of S not computed
+  // yet, the part computed next, and its slots.
+  std::vector<int32_t> moe_left_, moe_part_, moe_part_slots_;
   // The pre-gate scores of the current layer (from the previous layer's driver scores), rows
   // [max_positions][E]: the driver's buffers may be overwritten by the next layer's scores.
   std::vector<float> pregate_;

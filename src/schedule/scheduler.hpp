@@ -51,6 +51,17 @@ enum class PrefetchIssue : uint8_t {
   kEarly,
 };
 
+// When M(l) may start (physical only: routing never sees it, and the driver sums the experts'
+// outputs in the order of S whatever the split, so the output does not change either).
+enum class MoeWait : uint8_t {
+  // After every copy into the slots of S has completed: the policy contract's timing model.
+  kAll,
+  // At once on the experts of S whose copies have completed, then on the others in groups as
+  // their copies complete (each wait before a group as in kAll). On a bandwidth-bound link a
+  // layer's missing expert is read while its resident ones compute, instead of after.
+  kReady,
+};
+
 struct SchedulerConfig {
   int layers = 0;            // L: MoE layers
   int experts = 0;           // E: experts per layer

@@ -71,7 +71,8 @@ SimResult simulate(const policy::RouterSpec& spec, const policy::PolicyConfig& c
                     .max_inflight = options.max_inflight,
                     .expert_bytes = profile.expert_bytes,
                     .pacing = options.pacing,
-                    .issue = options.issue},
+                    .issue = options.issue,
+                    .moe_wait = options.moe_wait},
                    &link);
   step.simulate_compute(&link, &profile);
   // Execution weights are the model's computation, not the policy's: the trace has no weight

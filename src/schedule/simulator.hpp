@@ -51,6 +51,7 @@ struct SimOptions {
   int max_inflight = 2;
   PrefetchPacing pacing = PrefetchPacing::kFifo;
   PrefetchIssue issue = PrefetchIssue::kBoundary;
+  MoeWait moe_wait = MoeWait::kAll;
   bool keep_decisions = false;  // keep S of every (step, layer) in SimResult::decisions
   bool keep_events = false;     // keep LayerEvent per (step, layer) and the link's copy log
 };

@@ -142,14 +142,17 @@ TEST_P(HfReference, GgufTwinIncrementalAndBatched) {
 
 // Offloaded experts (a logical cache of half the experts, copies over the disk and an emulated
 // link) change latency, never the output: the same logits bit for bit as all-resident experts
-// under the same policy, for the hybrid models too (their recurrent state is untouched by it).
+// under the same policy, for the hybrid models too (their recurrent state is untouched by it),
+// and with each layer's MoE in parts as its copies complete (--moe-wait ready: the shared
+// experts of DeepSeek and Qwen3-Next / 3.5 go with the first part).
 TEST_P(HfReference, OffloadedLinksGiveTheResidentOutput) {
   const std::string name = GetParam();
   const Reference ref = load_reference(name);
   auto m = model::Model::load(kData / name);
-  auto decode_all = [&](const std::string& link) {
+  auto decode_all = [&](const std::string& link, schedule::MoeWait wait = schedule::MoeWait::kAll) {
     EngineParams params =
         test_support::offload_params(*m, "exact:evict=lru", m->config().experts / 2, link);
+    params.offload.moe_wait = wait;
     params.context = 32;
     Engine e(*m, params);
     std::vector<float> out;
@@ -163,6 +166,7 @@ TEST_P(HfReference, OffloadedLinksGiveTheResidentOutput) {
   for (const std::string link : {"disk", "emulated:5,20"}) {
     SCOPED_TRACE(link);
     EXPECT_EQ(decode_all(link), resident);
+    EXPECT_EQ(decode_all(link, schedule::MoeWait::kReady), resident);
   }
 }
 

@@ -97,8 +97,11 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
       double delay_s;
       schedule::PrefetchPacing pacing = schedule::PrefetchPacing::kFifo;
       schedule::PrefetchIssue issue = schedule::PrefetchIssue::kBoundary;
+      schedule::MoeWait moe_wait = schedule::MoeWait::kAll;
     };
     constexpr auto kEarly = schedule::PrefetchIssue::kEarly;
+    constexpr auto kBoundary = schedule::PrefetchIssue::kBoundary;
+    constexpr auto kReady = schedule::MoeWait::kReady;
     using schedule::PrefetchPacing;
     const std::vector<Variant> variants = {
         {"disk", 2, 1, 0},
@@ -114,15 +117,23 @@ TEST_F(OffloadTiny, OutputIsBitIdenticalWhateverTheLinkSpeedDelaysInflightAndThr
         {"sim:cpu-disk-olmoe", 2, 1, 0, PrefetchPacing::kDefer},
         {"disk", 1, 2, 0, PrefetchPacing::kFifo, kEarly},
         {"emulated:20,5", 2, 1, 200e-6, PrefetchPacing::kDefer, kEarly},
-        {"sim:cpu-disk-olmoe", 1, 1, 0, PrefetchPacing::kFifo, kEarly}};
+        {"sim:cpu-disk-olmoe", 1, 1, 0, PrefetchPacing::kFifo, kEarly},
+        // A layer's MoE in parts as its copies complete: the cache refuses an expert whose
+        // copy has not, so a part that took one would end the run with an error.
+        {"disk", 2, 2, 0, PrefetchPacing::kFifo, kBoundary, kReady},
+        {"emulated:0.5,30", 1, 1, 0, PrefetchPacing::kFifo, kBoundary, kReady},
+        {"emulated:20,5", 2, 2, 200e-6, PrefetchPacing::kDefer, kEarly, kReady},
+        {"sim:cpu-disk-olmoe", 2, 1, 0, PrefetchPacing::kFifo, kBoundary, kReady}};
     for (const Variant& v : variants) {
       SCOPED_TRACE(v.link + " max_inflight " + std::to_string(v.max_inflight) + " threads " +
                    std::to_string(v.threads) + " delay " + std::to_string(v.delay_s) + " pacing " +
-                   schedule::pacing_name(v.pacing) + " issue " + schedule::issue_name(v.issue));
+                   schedule::pacing_name(v.pacing) + " issue " + schedule::issue_name(v.issue) +
+                   " moe wait " + schedule::moe_wait_name(v.moe_wait));
       EngineParams p = params(policy, 32, v.link);
       p.offload.max_inflight = v.max_inflight;
       p.offload.pacing = v.pacing;
       p.offload.issue = v.issue;
+      p.offload.moe_wait = v.moe_wait;
       p.threads = v.threads;
       p.test_copy_delay_max_s = v.delay_s;
       const Outcome got = run(*model_, p);

@@ -493,8 +493,26 @@ TEST_P(BackendOps, MoeOverExpertReferencesDecodeAndGrouped) {
       }
       const std::vector<float> x = random_floats(rng_, static_cast<size_t>(n * kHidden));
       float* dout = ops_->alloc(static_cast<size_t>(n * kHidden));
-      ops_->moe(0, put(x), n, calls, dout);
+      const float* dx = put(x);
+      ops_->moe(0, dx, n, calls, dout);
       const std::vector<float> out = get(dout, static_cast<size_t>(n * kHidden));
+      if (n == 1) {
+        // In parts (schedule::MoeWait::kReady), not in the order of the calls, each call's
+        // weights stale (another expert's) until its part: the bits of moe().
+        std::vector<ExpertCall> parted(calls);
+        for (ExpertCall& c : parted)
+          c.weights = &sw[static_cast<size_t>((c.expert + 1) % kExperts)];
+        float* pout = ops_->alloc(static_cast<size_t>(kHidden));
+        auto part = [&](std::vector<int32_t> picks, bool last) {
+          for (const int32_t i : picks)
+            parted[static_cast<size_t>(i)] = calls[static_cast<size_t>(i)];
+          ops_->moe_part(0, dx, parted, picks, last, pout);
+        };
+        part({2}, false);
+        part({0}, false);
+        part({1}, true);
+        EXPECT_EQ(get(pout, static_cast<size_t>(kHidden)), out);
+      }
       for (int tok = 0; tok < n; ++tok) {
         const std::vector<ExpertCall> mine(calls.begin() + tok * K, calls.begin() + (tok + 1) * K);
         for (size_t r = 0; r < static_cast<size_t>(kHidden); ++r) {

@@ -85,6 +85,22 @@ TEST(SimCommand, ReportsLatencyCopiesLoopAndTimingDependence) {
   EXPECT_NE(run(bin + " sim --trace " + d + "/eval --calib " + d +
                 "/c.smcal --cache 16 --prefetch-issue later --policy exact 2>/dev/null >/dev/null"),
             0);
+  // --moe-wait ready: named in the JSON, the same decisions as all, less time.
+  ASSERT_EQ(run(bin + " sim --trace " + d + "/eval --calib " + d +
+                "/c.smcal --profile cpu-disk-olmoe --cache 16 --moe-wait ready "
+                "--policy psr:lambda=0.3,n=2 --json - > " +
+                d + "/ready.json 2>/dev/null"),
+            0);
+  const nlohmann::json ready = steermoe::parse_json_or_throw(read_all(dir / "ready.json"));
+  ASSERT_EQ(ready["results"].size(), 1u);
+  EXPECT_EQ(issue["results"][0]["moe_wait"], "all");
+  EXPECT_EQ(ready["results"][0]["moe_wait"], "ready");
+  EXPECT_EQ(ready["results"][0]["decision_hash"], issue["results"][0]["decision_hash"]);
+  EXPECT_LT(ready["results"][0]["ms_per_token"]["mean"].get<double>(),
+            issue["results"][0]["ms_per_token"]["mean"].get<double>());
+  EXPECT_NE(run(bin + " sim --trace " + d + "/eval --calib " + d +
+                "/c.smcal --cache 16 --moe-wait some --policy exact 2>/dev/null >/dev/null"),
+            0);
   // Bad input: an unknown profile is a clean error, not a crash.
   EXPECT_NE(run(bin + " sim --trace " + d + "/eval --calib " + d +
                 "/c.smcal --profile nope --cache 32 --policy exact 2>/dev/null >/dev/null"),

@@ -3,13 +3,17 @@
 // Table 1 in simulation), and no allocation on the hot path.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "../alloc_counter.hpp"
+#include "common/error.hpp"
 #include "link/simulated_link.hpp"
 #include "policy/router.hpp"
+#include "schedule/offload_config.hpp"
 #include "schedule/offload_step.hpp"
 #include "schedule/simulator.hpp"
 #include "synthetic.hpp"
@@ -361,14 +365,135 @@ TEST(Simulator, Table1PhysicalRoutingDependsOnTheScheduleLogicalRoutingDoesNot) 
   EXPECT_EQ(decisions(physical, {2, 1.0}), inflight2);
 }
 
+// MoeWait::kReady: a layer's MoE starts on the experts whose copies have completed and takes the
+// others as theirs complete. Physical only (the decisions and copies of kAll); the time saved is
+// stall only (latency = compute + host + stall, as in kAll), and where every expert is in a slot
+// nothing changes.
+TEST(Simulator, ReadyMoeWaitStallsLessAndDecidesTheSame) {
+  const SyntheticTrace held_out = testing::make_trace(4, 16, 4, 300, 3, 99);
+  const policy::Calibration calib = testing::calibrate(held_out);
+  const SyntheticTrace trace = testing::make_trace(4, 16, 4, 240, 2, 5);
+  const HardwareProfile p = tiny_profile();
+  const int layers = trace.spec.layers, k = trace.spec.top_k;
+  for (const char* text : {"exact:evict=lru", "cacheprior:lambda=0.2", "psr:lambda=0.3,n=2"}) {
+    const policy::PolicyConfig config = policy::parse_policy(text);
+    auto run = [&](MoeWait wait, int slots) {
+      return simulate(trace.spec, config, calib, p, trace.view(),
+                      {.cache_slots = slots, .max_inflight = 2, .moe_wait = wait});
+    };
+    const SimResult all = run(MoeWait::kAll, 8);
+    const SimResult ready = run(MoeWait::kReady, 8);
+    expect_same_logical(ready, all, text);
+    EXPECT_GT(all.totals.stall, 0) << text;
+    EXPECT_LT(ready.totals.stall, all.totals.stall * 0.9) << text;
+    EXPECT_LT(ready.mean_s, all.mean_s) << text;
+    double latency = 0;
+    for (const double s : ready.token_latency) latency += s;
+    const double compute =
+        static_cast<double>(ready.token_latency.size()) *
+        (p.dense_s + p.head_s + layers * (p.attention_s + p.moe_fixed_s + k * p.moe_per_expert_s));
+    EXPECT_NEAR(latency, compute + ready.totals.host + ready.totals.stall, 1e-9 * latency) << text;
+    EXPECT_DOUBLE_EQ(run(MoeWait::kReady, 16).mean_s, run(MoeWait::kAll, 16).mean_s) << text;
+  }
+}
+
+// The parts the step hands the driver under kReady: each layer's partition S in order of
+// completion, first / last marked, and no part takes an expert before its copy has completed
+// on the link's clock; some layers do start before all their copies are in.
+TEST(OffloadStep, ReadyPartsPartitionTheSelectionAndTakeOnlyCompletedCopies) {
+  const SyntheticTrace held_out = testing::make_trace(4, 16, 4, 300, 3, 99);
+  const policy::Calibration calib = testing::calibrate(held_out);
+  const SyntheticTrace trace = testing::make_trace(4, 16, 4, 200, 1, 5);
+  const HardwareProfile p = tiny_profile();
+  const TraceView v = trace.view();
+  const auto k = static_cast<size_t>(trace.spec.top_k);
+  for (const char* text : {"exact:evict=lru", "psr:lambda=0.3,n=2"}) {
+    SCOPED_TRACE(text);
+    link::SimulatedLink link(p.link_params());
+    OffloadStep step(trace.spec, policy::parse_policy(text), calib,
+                     {.cache_slots = 8,
+                      .max_inflight = 2,
+                      .expert_bytes = p.expert_bytes,
+                      .moe_wait = MoeWait::kReady},
+                     &link);
+    step.simulate_compute(&link, &p);
+    struct PartsDriver final : LayerDriver {
+      const TraceView& v;
+      OffloadStep& step;
+      link::SimulatedLink& link;
+      size_t k;
+      int64_t t = 0, parts = 0, split_layers = 0, whole_moe_calls = 0;
+      std::vector<uint8_t> seen;
+      PartsDriver(const TraceView& view, OffloadStep& s, link::SimulatedLink& l, size_t top_k)
+          : v(view), step(s), link(l), k(top_k), seen(top_k) {}
+      LayerScores scores(int l) override {
+        return {
+            .z = v.score_row(t, l),
+            .pregate_next = l + 1 < v.layers ? v.pregate_row(t, l + 1) : std::span<const float>{}};
+      }
+      void routed(int, int, const policy::Decision&, std::span<const float>) override {}
+      void moe(int) override { ++whole_moe_calls; }
+      void moe_part(int l, std::span<const int32_t> picks, bool first, bool last) override {
+        if (first) std::fill(seen.begin(), seen.end(), 0);
+        ASSERT_FALSE(picks.empty());
+        const std::span<const int32_t> slots = step.router().decision(l).selected_slot;
+        for (size_t j = 0; j < picks.size(); ++j) {
+          const auto i = static_cast<size_t>(picks[j]);
+          ASSERT_LT(i, k);
+          if (j > 0) ASSERT_LT(picks[j - 1], picks[j]);  // ascending
+          ASSERT_FALSE(seen[i]) << "position " << i << " in two parts";
+          seen[i] = 1;
+          ASSERT_LE(step.scheduler()->slot_ticket(l, slots[i]), link.completed())
+              << "layer " << l << " position " << i << " before its copy completed";
+        }
+        ++parts;
+        if (!last) return;
+        split_layers += !first;
+        for (size_t i = 0; i < k; ++i) ASSERT_TRUE(seen[i]) << "position " << i << " never";
+      }
+    } driver(v, step, link, k);
+    step.begin_request();
+    for (int64_t t = 0; t < v.steps(); ++t) {
+      driver.t = t;
+      step.run_token(v.tokens[static_cast<size_t>(t)], driver);
+      if (HasFatalFailure()) return;
+    }
+    const int64_t layer_steps = v.steps() * v.layers;
+    EXPECT_EQ(driver.whole_moe_calls, 0);
+    EXPECT_GT(driver.split_layers, layer_steps / 20);
+    EXPECT_GT(driver.parts, layer_steps + driver.split_layers - 1);
+  }
+}
+
+// --moe-wait resolves once, goes back into a request unchanged, and a bad value names the option.
+TEST(OffloadConfig, MoeWaitResolvesAndABadValueNamesTheOption) {
+  const ModelFacts facts{.spec = testing::make_trace(4, 16, 4, 10, 1, 1).spec, .name = "m"};
+  OffloadRequest r;
+  EXPECT_EQ(resolve_offload(r, facts).moe_wait, MoeWait::kAll);
+  r.moe_wait = "ready";
+  const OffloadConfig c = resolve_offload(r, facts);
+  EXPECT_EQ(c.moe_wait, MoeWait::kReady);
+  EXPECT_EQ(c.request().moe_wait, "ready");
+  r.moe_wait = "later";
+  try {
+    resolve_offload(r, facts);
+    ADD_FAILURE() << "no error for --moe-wait later";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--moe-wait"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("later"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Simulator, HotPathAllocatesNothingAfterWarmUp) {
   const SyntheticTrace held_out = testing::make_trace(4, 16, 4, 200, 1, 3);
   const SyntheticTrace trace = testing::make_trace(4, 16, 4, 300, 1, 4);
   const policy::Calibration calib = testing::calibrate(held_out);
   const TraceView v = trace.view();
-  for (const char* text :
-       {"psr:lambda=0.3,n=2", "exact:evict=lru", "physical:psr:lambda=0.3,n=2"}) {
-    const policy::PolicyConfig config = policy::parse_policy(text);
+  for (const char* text : {"psr:lambda=0.3,n=2", "exact:evict=lru", "physical:psr:lambda=0.3,n=2",
+                           "ready:psr:lambda=0.3,n=2"}) {
+    // "ready:" (not a policy prefix): the same policy with MoeWait::kReady.
+    const bool ready = std::string_view(text).starts_with("ready:");
+    const policy::PolicyConfig config = policy::parse_policy(ready ? text + 6 : text);
     const int slots = 8;
     link::SimulatedLink link({.bandwidth_bytes_per_s = 1e6, .latency_s = 0});
     HardwareProfile profile;
@@ -376,7 +501,11 @@ TEST(Simulator, HotPathAllocatesNothingAfterWarmUp) {
     profile.host_policy_s = 20e-6;
     profile.moe_fixed_s = 500e-6;
     OffloadStep step(trace.spec, config, calib,
-                     {.cache_slots = slots, .max_inflight = 2, .expert_bytes = 1000}, &link);
+                     {.cache_slots = slots,
+                      .max_inflight = 2,
+                      .expert_bytes = 1000,
+                      .moe_wait = ready ? MoeWait::kReady : MoeWait::kAll},
+                     &link);
     step.simulate_compute(&link, &profile);
     step.begin_request();
     RowDriver driver(v);

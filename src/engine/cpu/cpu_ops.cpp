@@ -27,6 +27,7 @@ struct CpuOps::Scratch {
   std::vector<kernels::MatmulJob> expert_jobs;  // [2 * E]
   std::vector<float> exp_gu;                    // [K][2 * F] decode: gate | up per selected expert
   std::vector<float> exp_out;                   // [K][H] decode: down output per selected expert
+  std::vector<int32_t> all_calls;               // [K] 0 .. K-1: moe_decode's one part
   // decode: matrix products run under one synchronisation
   std::vector<kernels::MatvecJob> jobs;
 };
@@ -73,6 +74,8 @@ CpuOps::CpuOps(const CpuOpsParams& params)
   s.expert_jobs.resize(2 * E);
   s.exp_gu.resize(K * 2 * F);
   s.exp_out.resize(K * H);
+  s.all_calls.resize(K);
+  for (size_t i = 0; i < K; ++i) s.all_calls[i] = static_cast<int32_t>(i);
   s.jobs.resize(std::max(2 * K, kMaxProducts));
 }
 
@@ -200,29 +203,52 @@ void CpuOps::moe(int /*layer*/, const float* x, int n, std::span<const ExpertCal
   }
 }
 
+void CpuOps::moe_part(int /*layer*/, const float* x, std::span<const ExpertCall> calls,
+                      std::span<const int32_t> picks, bool last, float* out) {
+  SM_ASSERT(calls.size() <= static_cast<size_t>(params_.top_k));
+  decode_experts(x, calls, picks);
+  if (last) sum_decoded(calls, out);
+}
+
 // Gate and up of every selected expert under one synchronisation, then every down under another:
 // the weights of all K experts stream back to back (each row computed as by matvec). Calls are in
-// ascending expert order and accumulated in that order, as in the grouped path.
+// ascending expert order and accumulated in that order, as in the grouped path. moe_part runs the
+// same per expert and the same sum, so a layer in parts gives these bits.
 void CpuOps::moe_decode(const float* x, std::span<const ExpertCall> calls, float* out) {
+  decode_experts(x, calls, std::span<const int32_t>(s_->all_calls.data(), calls.size()));
+  sum_decoded(calls, out);
+}
+
+void CpuOps::decode_experts(const float* x, std::span<const ExpertCall> calls,
+                            std::span<const int32_t> picks) {
   Scratch& s = *s_;
   const auto H = static_cast<size_t>(params_.hidden);
   const auto F = static_cast<size_t>(params_.expert_ffn);
-  const size_t K = calls.size();
-  for (size_t i = 0; i < K; ++i) {
+  const size_t P = picks.size();
+  for (size_t j = 0; j < P; ++j) {
+    const auto i = static_cast<size_t>(picks[j]);
+    SM_ASSERT(i < calls.size());
     const model::SwigluWeights& ex = *calls[i].weights;
     SM_ASSERT(ex.gate.rows == F);
     float* gu = &s.exp_gu[i * 2 * F];
-    s.jobs[2 * i] = {.w = ex.gate, .x = x, .y = gu};
-    s.jobs[2 * i + 1] = {.w = ex.up, .x = x, .y = gu + F};
+    s.jobs[2 * j] = {.w = ex.gate, .x = x, .y = gu};
+    s.jobs[2 * j + 1] = {.w = ex.up, .x = x, .y = gu + F};
   }
-  kernels::matvec_batch(pool_, s.jobs.data(), 2 * K);
-  for (size_t i = 0; i < K; ++i) {
+  kernels::matvec_batch(pool_, s.jobs.data(), 2 * P);
+  for (size_t j = 0; j < P; ++j) {
+    const auto i = static_cast<size_t>(picks[j]);
     float* gu = &s.exp_gu[i * 2 * F];
     kernels::swiglu(gu, gu + F, gu, F);
-    s.jobs[i] = {.w = calls[i].weights->down, .x = gu, .y = &s.exp_out[i * H]};
+    s.jobs[j] = {.w = calls[i].weights->down, .x = gu, .y = &s.exp_out[i * H]};
   }
-  kernels::matvec_batch(pool_, s.jobs.data(), K);
-  for (size_t i = 0; i < K; ++i) kernels::axpy(calls[i].weight, &s.exp_out[i * H], out, H);
+  kernels::matvec_batch(pool_, s.jobs.data(), P);
+}
+
+void CpuOps::sum_decoded(std::span<const ExpertCall> calls, float* out) {
+  const auto H = static_cast<size_t>(params_.hidden);
+  std::fill_n(out, H, 0.0f);
+  for (size_t i = 0; i < calls.size(); ++i)
+    kernels::axpy(calls[i].weight, &s_->exp_out[i * H], out, H);
 }
 
 // Tokens grouped by expert: each expert runs once over its tokens. Every expert's gate and up

@@ -62,6 +62,8 @@ class CpuOps final : public Ops {
   void zero(float* x, size_t count) override;
   void moe(int layer, const float* x, int n, std::span<const ExpertCall> calls,
            float* out) override;
+  void moe_part(int layer, const float* x, std::span<const ExpertCall> calls,
+                std::span<const int32_t> picks, bool last, float* out) override;
   void delta_rule(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
                   float* qkv, const float* z, const float* b, const float* a, int n,
                   float* core) override;
@@ -69,6 +71,11 @@ class CpuOps final : public Ops {
  private:
   struct Scratch;
   void moe_decode(const float* x, std::span<const ExpertCall> calls, float* out);
+  // Decode: the experts of calls at `picks`, each output into exp_out (no sum).
+  void decode_experts(const float* x, std::span<const ExpertCall> calls,
+                      std::span<const int32_t> picks);
+  // out = the calls' exp_out weighted, summed in call order.
+  void sum_decoded(std::span<const ExpertCall> calls, float* out);
   void moe_grouped(const float* x, int n, std::span<const ExpertCall> calls, float* out);
   void delta_rule_token(const DeltaRuleSpec& spec, const DeltaRuleWeights& w, DeltaRuleState state,
                         float* mixed, const float* z, const float* b, const float* a, float* core);
