@@ -763,7 +763,17 @@ struct Front::Impl {
       }
     }
     if (fds[1].revents & POLLIN) accept_ready();
-    std::erase_if(conns, [](const auto& kv) { return kv.second->dead; });
+    // A closed connection's buffers may hold a large body's capacity: freed here, after the pool
+    // thread's trim, glibc would keep those pages (RSS at the peak) until some later trim.
+    bool large_freed = false;
+    std::erase_if(conns, [&](const auto& kv) {
+      const Conn& c = *kv.second;
+      if (!c.dead) return false;
+      large_freed = large_freed || c.in.capacity() >= kTrimAfter ||
+                    c.out.capacity() >= kTrimAfter || c.deferred.capacity() >= kTrimAfter;
+      return true;
+    });
+    if (large_freed) malloc_trim(0);
   }
 
   void pool_loop() {
