@@ -79,8 +79,9 @@ TEST(Sweep, RunsEveryPointMergesAndResumes) {
   fs::remove_all(dir);
 }
 
-// --prefetch-pacing / --prefetch-issue reach every point's bench (its JSON header records them),
-// the merged bench.json names them, and a rerun at the defaults is refused naming the option.
+// --prefetch-pacing / --prefetch-issue / --moe-wait reach every point's bench (its JSON header
+// records them), the merged bench.json names them, and a rerun at a default is refused naming the
+// option.
 TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_modes";
   fs::remove_all(dir);
@@ -90,7 +91,8 @@ TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
                            " --grid psr:lambda=0.3,n=2 --cache 16 --link emulated:20 --rounds 1"
                            " --windows 1 --window-len 16 --no-kl --plot none -o " +
                            dir.string();
-  const auto run = testing::run_cli(base + " --prefetch-pacing defer --prefetch-issue early");
+  const std::string modes = " --prefetch-pacing defer --prefetch-issue early --moe-wait ready";
+  const auto run = testing::run_cli(base + modes);
   ASSERT_EQ(run.status, 0) << run.output;
   int points = 0;
   for (const auto& entry : fs::directory_iterator(dir / "points")) {
@@ -99,20 +101,25 @@ TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
     const json point = read(entry.path());
     EXPECT_EQ(point.at("prefetch_pacing"), "defer") << name;
     EXPECT_EQ(point.at("prefetch_issue"), "early") << name;
+    EXPECT_EQ(point.at("moe_wait"), "ready") << name;
     ++points;
   }
   EXPECT_EQ(points, 1);
   const json bench = read(dir / "bench.json");
   EXPECT_EQ(bench.at("prefetch_pacing"), "defer");
   EXPECT_EQ(bench.at("prefetch_issue"), "early");
+  EXPECT_EQ(bench.at("moe_wait"), "ready");
 
-  const auto resumed = testing::run_cli(base + " --prefetch-pacing defer --prefetch-issue early");
+  const auto resumed = testing::run_cli(base + modes);
   ASSERT_EQ(resumed.status, 0) << resumed.output;
   EXPECT_THAT(resumed.output, ::testing::HasSubstr("2 points, 2 done earlier"));
-  const auto defaults = testing::run_cli(base + " --prefetch-pacing defer");
+  const auto defaults = testing::run_cli(base + " --prefetch-pacing defer --moe-wait ready");
   EXPECT_NE(defaults.status, 0);
   EXPECT_THAT(defaults.output, ::testing::HasSubstr("prefetch_issue"));
   EXPECT_THAT(defaults.output, ::testing::HasSubstr("the default"));
+  const auto all = testing::run_cli(base + " --prefetch-pacing defer --prefetch-issue early");
+  EXPECT_NE(all.status, 0);
+  EXPECT_THAT(all.output, ::testing::HasSubstr("moe_wait"));
   fs::remove_all(dir);
 }
 
