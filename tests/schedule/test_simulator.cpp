@@ -440,7 +440,9 @@ TEST(OffloadStep, ReadyPartsPartitionTheSelectionAndTakeOnlyCompletedCopies) {
         for (size_t j = 0; j < picks.size(); ++j) {
           const auto i = static_cast<size_t>(picks[j]);
           ASSERT_LT(i, k);
-          if (j > 0) ASSERT_LT(picks[j - 1], picks[j]);  // ascending
+          if (j > 0) {
+            ASSERT_LT(picks[j - 1], picks[j]);  // ascending
+          }
           ASSERT_FALSE(seen[i]) << "position " << i << " in two parts";
           seen[i] = 1;
           ASSERT_LE(step.scheduler()->slot_ticket(l, slots[i]), link.completed())
