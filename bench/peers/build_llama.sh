@@ -7,6 +7,7 @@
 #
 #   bench/peers/build_llama.sh [DIR] [VERSION]     (VERSION default 0.3.36)
 #   NO_AMX=1 bench/peers/build_llama.sh DIR         (the same without AMX instructions)
+#   AVX2_ONLY=1 bench/peers/build_llama.sh DIR      (AVX2 + FMA + F16C + BMI2, as on an AVX2 CPU)
 #
 # NO_AMX: some virtual machines advertise AMX (amx_tile, amx_int8 in /proc/cpuinfo) without
 # running it: there llama.cpp's AMX buffers for Q8_0 / Q4 prefill die of SIGILL or a protection
@@ -29,13 +30,20 @@ if [[ ! -d src/vendor/llama.cpp ]]; then
 fi
 # GGML_NATIVE: the peer gets every instruction set of this CPU, as a user's own build would.
 # llama-cli needs the server library (LLAMA_BUILD_SERVER stays on); only three targets build.
-extra_flags=""
-[[ ${NO_AMX:-0} == 1 ]] && extra_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
-cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON \
+extra_flags="" variant=""
+[[ ${NO_AMX:-0} == 1 ]] && extra_flags="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16" &&
+  variant="$extra_flags"
+# AVX2_ONLY: the peer an AVX2 machine's user builds, for steermoe's avx2 path on an AVX-512 CPU.
+isa=(-DGGML_NATIVE=ON)
+if [[ ${AVX2_ONLY:-0} == 1 ]]; then
+  isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+  variant="AVX2 only"
+fi
+cmake -S src/vendor/llama.cpp -B build -DCMAKE_BUILD_TYPE=Release "${isa[@]}" \
   -DCMAKE_C_FLAGS="$extra_flags" -DCMAKE_CXX_FLAGS="$extra_flags" \
   -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
   -DBUILD_SHARED_LIBS=OFF
 cmake --build build -j"${JOBS:-2}" --target llama-bench llama-cli llama-quantize
 # The sdist carries no .git, so the peer is named by the sdist version in reports.
-echo "llama-cpp-python $version${extra_flags:+ ($extra_flags)}" >"$dir/VERSION"
+echo "llama-cpp-python $version${variant:+ ($variant)}" >"$dir/VERSION"
 echo "built: $(ls "$bin")"
