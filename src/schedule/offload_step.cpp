@@ -21,7 +21,6 @@ OffloadStep::OffloadStep(const policy::RouterSpec& spec, const policy::PolicyCon
       moe_wait_(params.moe_wait),
       moe_left_(static_cast<size_t>(spec.top_k)),
       moe_part_(static_cast<size_t>(spec.top_k)),
-      moe_part_slots_(static_cast<size_t>(spec.top_k)),
       pregate_(static_cast<size_t>(params.max_positions) * static_cast<size_t>(spec.experts)) {
   SM_ASSERT(params.max_positions >= 1);
   physical_slots_ = std::max(params.cache_slots, params.physical_slots);
@@ -201,10 +200,7 @@ void OffloadStep::run_block(std::span<const int32_t> tokens, std::span<const flo
     counts_.block_copies += selector_->last_copies();
     driver.moe(l);
     if (scheduler_) {
-      // One batched MoE over the block: each executed expert's weights once.
-      if (sim_clock_ != nullptr)
-        sim_clock_->advance(profile_->moe_fixed_s +
-                            static_cast<double>(block_union_.size()) * profile_->moe_per_expert_s);
+      charge_moe(block_union_.size(), true);  // one batched MoE: each executed expert once
       timings_[static_cast<size_t>(l)].moe_end = clock();
     }
   }
@@ -413,8 +409,7 @@ void OffloadStep::wait_and_compute(int layer, LayerDriver& driver) {
       const int32_t slot = slots[static_cast<size_t>(i)];
       const link::Ticket t = scheduler_->slot_ticket(layer, slot);
       if (t <= done) {
-        moe_part_[part] = i;
-        moe_part_slots_[part++] = slot;
+        moe_part_[part++] = i;
       } else {
         moe_left_[kept++] = i;
         if (earliest < 0 || t < earliest_ticket) {
@@ -431,16 +426,13 @@ void OffloadStep::wait_and_compute(int layer, LayerDriver& driver) {
     }
     left = kept;
     if (first) {
-      // Waits for nothing (their copies have completed); under PrefetchIssue::kEarly it sends
-      // the pending prefetches, as kAll's wait does.
-      scheduler_->wait_for_layer(layer, std::span<const int32_t>(moe_part_slots_.data(), part));
+      // Waits for nothing; under PrefetchIssue::kEarly it sends the pending prefetches, as
+      // kAll's wait does.
+      scheduler_->wait_for_layer(layer, {});
       timing.moe_start = clock();
     }
     driver.moe_part(layer, std::span<const int32_t>(moe_part_.data(), part), first, left == 0);
-    if (sim_clock_ != nullptr) {  // M(l) charged per part: the fixed share with the first
-      sim_clock_->advance((first ? profile_->moe_fixed_s : 0.0) +
-                          static_cast<double>(part) * profile_->moe_per_expert_s);
-    }
+    charge_moe(part, first);  // the fixed share with the first part
     first = false;
   }
   timing.moe_end = clock();
@@ -448,11 +440,14 @@ void OffloadStep::wait_and_compute(int layer, LayerDriver& driver) {
 
 void OffloadStep::end_layer(int layer) {
   if (!scheduler_) return;
-  if (sim_clock_ != nullptr) {
-    const auto executed = static_cast<double>(router_.decision(layer).selected.size());
-    sim_clock_->advance(profile_->moe_fixed_s + executed * profile_->moe_per_expert_s);  // M(l)
-  }
+  charge_moe(router_.decision(layer).selected.size(), true);
   timings_[static_cast<size_t>(layer)].moe_end = clock();
+}
+
+void OffloadStep::charge_moe(size_t experts, bool with_fixed) {
+  if (sim_clock_ == nullptr) return;
+  sim_clock_->advance((with_fixed ? profile_->moe_fixed_s : 0.0) +
+                      static_cast<double>(experts) * profile_->moe_per_expert_s);  // M(l)
 }
 
 const TokenStats* OffloadStep::end_token() {

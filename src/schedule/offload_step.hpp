@@ -216,6 +216,8 @@ class OffloadStep {
   // clock charges M as it goes.
   void wait_and_compute(int layer, LayerDriver& driver);
   void end_layer(int layer);
+  // A simulated clock's M(l) time for `experts` executed experts (plus the fixed share).
+  void charge_moe(size_t experts, bool with_fixed);
   const TokenStats* end_token();
   // run_block with a link: puts the executed experts of `decisions` in slots of `layer`, fills
   // their selected_slot, waits for the copies.
@@ -250,8 +252,8 @@ class OffloadStep {
   std::vector<LayerTiming> timings_;   // [L]
   MoeWait moe_wait_ = MoeWait::kAll;
   // wait_and_compute's scratch under MoeWait::kReady, [K] each: positions of S not computed
-  // yet, the part computed next, and its slots.
-  std::vector<int32_t> moe_left_, moe_part_, moe_part_slots_;
+  // yet, and the part computed next.
+  std::vector<int32_t> moe_left_, moe_part_;
   // The pre-gate scores of the current layer (from the previous layer's driver scores), rows
   // [max_positions][E]: the driver's buffers may be overwritten by the next layer's scores.
   std::vector<float> pregate_;

@@ -195,12 +195,12 @@ void CpuOps::moe(int /*layer*/, const float* x, int n, std::span<const ExpertCal
                  float* out) {
   SM_ASSERT(n >= 1 && n <= params_.max_batch && calls.size() % static_cast<size_t>(n) == 0);
   SM_ASSERT(calls.size() / static_cast<size_t>(n) <= static_cast<size_t>(params_.top_k));
-  std::fill_n(out, static_cast<size_t>(n) * static_cast<size_t>(params_.hidden), 0.0f);
   if (n == 1) {
-    moe_decode(x, calls, out);
-  } else {
-    moe_grouped(x, n, calls, out);
+    moe_decode(x, calls, out);  // sum_decoded writes every element of out
+    return;
   }
+  std::fill_n(out, static_cast<size_t>(n) * static_cast<size_t>(params_.hidden), 0.0f);
+  moe_grouped(x, n, calls, out);
 }
 
 void CpuOps::moe_part(int /*layer*/, const float* x, std::span<const ExpertCall> calls,
