@@ -128,10 +128,19 @@ double row_link_rate(const eval::BenchResult& b) {
 // The simulator's ms/token for configuration `b` over the routing the bench recorded (the same
 // tokens, router and pre-gate scores, windows as sequences) with `profile`'s durations; the
 // floor row gets the profile's compute floor; 0 where there is nothing to replay.
-double simulate_row_ms(const eval::BenchResult& b, const schedule::OffloadConfig& o,
-                       const policy::RouterSpec& spec, const schedule::HardwareProfile& profile) {
-  if (!b.config.unavailable.empty() || b.record.steps() == 0) return 0.0;
-  if (b.config.resident) return profile.resident_token_seconds(spec.layers, spec.top_k) * 1e3;
+// Where the simulated time goes, per decode token (ms): the stall before the MoEs and the host
+// time; the rest is compute. Beside a round's measured breakdown it shows whether a miss is the
+// link's (stall) or the compute's.
+struct SimulatedSplit {
+  double ms = 0, stall_ms = 0, host_ms = 0;
+};
+
+SimulatedSplit simulate_row(const eval::BenchResult& b, const schedule::OffloadConfig& o,
+                            const policy::RouterSpec& spec,
+                            const schedule::HardwareProfile& profile) {
+  if (!b.config.unavailable.empty() || b.record.steps() == 0) return {};
+  if (b.config.resident)
+    return {.ms = profile.resident_token_seconds(spec.layers, spec.top_k) * 1e3};
   const engine::RoutingRecord& r = b.record;
   const schedule::TraceView view{.layers = r.moe_layers,
                                  .experts = r.experts,
@@ -145,7 +154,15 @@ double simulate_row_ms(const eval::BenchResult& b, const schedule::OffloadConfig
                                                       .pacing = o.pacing,
                                                       .issue = o.issue,
                                                       .moe_wait = o.moe_wait});
-  return sim.mean_s * 1e3;
+  const double tokens = static_cast<double>(std::max<int64_t>(sim.totals.tokens, 1));
+  return {.ms = sim.mean_s * 1e3,
+          .stall_ms = sim.totals.stall / tokens * 1e3,
+          .host_ms = sim.totals.host / tokens * 1e3};
+}
+
+double simulate_row_ms(const eval::BenchResult& b, const schedule::OffloadConfig& o,
+                       const policy::RouterSpec& spec, const schedule::HardwareProfile& profile) {
+  return simulate_row(b, o, spec, profile).ms;
 }
 
 // With the profile's compute and, for its link, the rate the row reached (row_link_rate; one
@@ -497,7 +514,7 @@ void run_bench_cli(const BenchCli& o) {
   // not follow, so the run's mean, not the round's).
   std::vector<double> predicted(results.size()), predicted_own_link(results.size()),
       predicted_probed(results.size()), predicted_probed_unslowed(results.size());
-  std::vector<std::vector<double>> predicted_round(results.size());
+  std::vector<std::vector<SimulatedSplit>> predicted_round(results.size());
   double compute_scale = 0;
   if (!o.predict.empty()) {
     const schedule::HardwareProfile profile = schedule::load_profile(o.predict);
@@ -530,9 +547,10 @@ void run_bench_cli(const BenchCli& o) {
       for (size_t r = 0; r < b.rounds.size(); ++r) {
         const std::optional<engine::DiskProbe>& p = round_probes[c][r];
         predicted_round[c].push_back(
-            p ? simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(scaled, *p)) : 0.0);
-        if (predicted_round[c].back() <= 0) continue;
-        sum += predicted_round[c].back();
+            p ? simulate_row(b, offloads[c], spec, engine::with_probed_link(scaled, *p))
+              : SimulatedSplit{});
+        if (predicted_round[c].back().ms <= 0) continue;
+        sum += predicted_round[c].back().ms;
         if (scaled.link_transfer_slowdown > 0)
           sum_unslowed +=
               simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(unslowed, *p));
@@ -619,8 +637,15 @@ void run_bench_cli(const BenchCli& o) {
                           {"pair_ms", p->pair_s * 1e3},
                           {"copies", p->copies},
                           {"warm_copies", p->warm_copies}};
-        if (r < predicted_round[c].size() && predicted_round[c][r] > 0)
-          round["simulated_probed_ms_per_token"] = predicted_round[c][r];
+        if (r < predicted_round[c].size() && predicted_round[c][r].ms > 0) {
+          const SimulatedSplit& split = predicted_round[c][r];
+          round["simulated_probed_ms_per_token"] = split.ms;
+          if (!results[c].config.resident) {
+            round["simulated_probed_stall_ms_per_token"] = split.stall_ms;
+            round["simulated_probed_compute_ms_per_token"] =
+                split.ms - split.stall_ms - split.host_ms;
+          }
+        }
       }
     }
     write_file_atomic(o.json, dump_json(doc, 1) + "\n");  // complete or absent

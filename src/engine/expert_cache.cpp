@@ -249,7 +249,7 @@ void ExpertCache::run_token(int32_t token, schedule::LayerDriver& driver) {
     for (int l = 0; l < step_->router().spec().layers; ++l) {
       const schedule::LayerTiming& t = step_->timing(l);
       attention_s_ += t.host_start - t.attention_start;
-      moe_s_ += t.moe_end - t.moe_start;
+      moe_s_ += t.moe_end - t.moe_start - t.moe_waits;
     }
   }
   last_token_ = stats() - before;

@@ -397,6 +397,7 @@ void OffloadStep::wait_and_compute(int layer, LayerDriver& driver) {
   size_t left = slots.size();
   for (size_t i = 0; i < left; ++i) moe_left_[i] = static_cast<int32_t>(i);
   LayerTiming& timing = timings_[static_cast<size_t>(layer)];
+  timing.moe_waits = 0;
   bool first = true;
   while (left > 0) {
     // The part: every position left whose copy has completed, in the order of S.
@@ -421,7 +422,9 @@ void OffloadStep::wait_and_compute(int layer, LayerDriver& driver) {
     if (part == 0) {
       // Nothing to compute: wait for the earliest copy (charged as a stall like kAll's waits).
       // A copy may also complete between completed() and here: the wait then returns at once.
-      scheduler_->wait_for_layer(layer, std::span<const int32_t>(&earliest, 1));
+      const double waited =
+          scheduler_->wait_for_layer(layer, std::span<const int32_t>(&earliest, 1));
+      if (!first) timing.moe_waits += waited;
       continue;
     }
     left = kept;

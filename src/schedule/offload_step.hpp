@@ -69,6 +69,8 @@ struct LayerTiming {
   double host_end = 0;         // end of H(l), before the scheduler's enqueues
   double moe_start = 0;        // after the wait (MoeWait::kReady: the first part's start)
   double moe_end = 0;          // M(l) ended
+  double moe_waits = 0;        // MoeWait::kReady: stalls between its parts (inside moe_start ..
+                               // moe_end, and counted as stall: not compute)
 };
 
 // The router's output for one MoE layer at every position of the current block, rows [n][E].

@@ -455,11 +455,22 @@ TEST(OffloadStep, ReadyPartsPartitionTheSelectionAndTakeOnlyCompletedCopies) {
       }
     } driver(v, step, link, k);
     step.begin_request();
+    // Each layer's M(l) on the link clock less the stalls between its parts is its compute
+    // (what `bench` and `profile` report as the MoE's time), however the layer was split.
+    const double layer_moe = p.moe_fixed_s + static_cast<double>(k) * p.moe_per_expert_s;
+    int64_t layers_with_waits = 0;
     for (int64_t t = 0; t < v.steps(); ++t) {
       driver.t = t;
       step.run_token(v.tokens[static_cast<size_t>(t)], driver);
       if (HasFatalFailure()) return;
+      for (int l = 0; l < v.layers; ++l) {
+        const LayerTiming& timing = step.timing(l);
+        EXPECT_NEAR(timing.moe_end - timing.moe_start - timing.moe_waits, layer_moe, 1e-12)
+            << "token " << t << " layer " << l;
+        layers_with_waits += timing.moe_waits > 0;
+      }
     }
+    EXPECT_GT(layers_with_waits, 0);
     const int64_t layer_steps = v.steps() * v.layers;
     EXPECT_EQ(driver.whole_moe_calls, 0);
     EXPECT_GT(driver.split_layers, layer_steps / 20);
