@@ -514,6 +514,12 @@ void run_bench_cli(const BenchCli& o) {
   // not follow, so the run's mean, not the round's).
   std::vector<double> predicted(results.size()), predicted_own_link(results.size()),
       predicted_probed(results.size()), predicted_probed_unslowed(results.size());
+  // The probed prediction with the link 10% slower and 10% faster than probed: how much a small
+  // error in the link's rate moves it. A row whose copies keep the link near saturation (PSR as
+  // published) queues, and its stall then moves several times more than the rate.
+  std::vector<double> predicted_probed_slower(results.size()),
+      predicted_probed_faster(results.size());
+  constexpr double kLinkSensitivity = 0.10;
   std::vector<std::vector<SimulatedSplit>> predicted_round(results.size());
   double compute_scale = 0;
   if (!o.predict.empty()) {
@@ -542,7 +548,7 @@ void run_bench_cli(const BenchCli& o) {
       const eval::BenchResult& b = results[c];
       predicted[c] = simulate_row_ms(b, offloads[c], spec, profile);
       predicted_own_link[c] = simulate_row_own_link_ms(b, offloads[c], spec, profile);
-      double sum = 0, sum_unslowed = 0, measured_probed = 0;
+      double sum = 0, sum_unslowed = 0, sum_slower = 0, sum_faster = 0, measured_probed = 0;
       int n = 0;
       for (size_t r = 0; r < b.rounds.size(); ++r) {
         const std::optional<engine::DiskProbe>& p = round_probes[c][r];
@@ -554,11 +560,20 @@ void run_bench_cli(const BenchCli& o) {
         if (scaled.link_transfer_slowdown > 0)
           sum_unslowed +=
               simulate_row_ms(b, offloads[c], spec, engine::with_probed_link(unslowed, *p));
+        if (!b.config.resident) {
+          for (const double sign : {-1.0, 1.0}) {
+            schedule::HardwareProfile moved = engine::with_probed_link(scaled, *p);
+            moved.link_bandwidth_bytes_per_s *= 1.0 + sign * kLinkSensitivity;
+            (sign < 0 ? sum_slower : sum_faster) += simulate_row_ms(b, offloads[c], spec, moved);
+          }
+        }
         measured_probed += b.rounds[r].mean_ms;
         ++n;
       }
       if (n > 0) predicted_probed[c] = sum / n;
       if (n > 0) predicted_probed_unslowed[c] = sum_unslowed / n;
+      if (n > 0) predicted_probed_slower[c] = sum_slower / n;
+      if (n > 0) predicted_probed_faster[c] = sum_faster / n;
       if (predicted[c] <= 0) continue;
       double measured = 0;
       for (const eval::BenchRound& r : b.rounds) measured += r.mean_ms;
@@ -577,6 +592,12 @@ void run_bench_cli(const BenchCli& o) {
         own += fmt::format(" (without the link slowed by compute {:.3f}, {:+.1f}%)",
                            predicted_probed_unslowed[c],
                            100.0 * (predicted_probed_unslowed[c] / (measured_probed / n) - 1.0));
+      if (predicted_probed_slower[c] > 0)
+        own += fmt::format(" (link 10% slower {:.3f}, {:+.1f}%; 10% faster {:.3f}, {:+.1f}%)",
+                           predicted_probed_slower[c],
+                           100.0 * (predicted_probed_slower[c] / (measured_probed / n) - 1.0),
+                           predicted_probed_faster[c],
+                           100.0 * (predicted_probed_faster[c] / (measured_probed / n) - 1.0));
       std::fprintf(stderr, "bench: %s: measured %.3f ms/token, simulated %.3f (%+.1f%%)%s\n",
                    b.config.name.c_str(), measured, predicted[c],
                    100.0 * (predicted[c] / measured - 1.0), own.c_str());
@@ -628,6 +649,10 @@ void run_bench_cli(const BenchCli& o) {
       if (predicted_probed_unslowed[c] > 0)
         row["simulated_probed_without_transfer_slowdown_ms_per_token"] =
             predicted_probed_unslowed[c];
+      if (predicted_probed_slower[c] > 0) {
+        row["simulated_probed_link_10pct_slower_ms_per_token"] = predicted_probed_slower[c];
+        row["simulated_probed_link_10pct_faster_ms_per_token"] = predicted_probed_faster[c];
+      }
       for (size_t r = 0; r < results[c].rounds.size(); ++r) {
         const std::optional<engine::DiskProbe>& p = round_probes[c][r];
         if (!p) continue;

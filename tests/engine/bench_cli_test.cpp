@@ -326,8 +326,26 @@ TEST(BenchCli, ProbeRoundsPredictEachRoundWithTheLinkProbedBeforeIt) {
       EXPECT_GT(each, 0) << name;
       EXPECT_LT(each, from_profile / 100) << name;
       sum += each;
+      // Its split: the profile's compute for every token at the run's scale (no slowdown in
+      // this profile: head 50 us + 8 layers x (attention 12 + 8 experts x 4.5)); the rest of
+      // the time is the 8 layers' host time, 1.2 us each at that scale, and the stall before
+      // the MoEs, which exact LRU's demand copies always cause.
+      const double scale = doc.at("compute_scale").get<double>();
+      const double stall = round.at("simulated_probed_stall_ms_per_token").get<double>();
+      const double compute = round.at("simulated_probed_compute_ms_per_token").get<double>();
+      EXPECT_NEAR(compute, (50 + 8 * (12 + 8 * 4.5)) * 1e-3 * scale, 1e-6) << name;
+      EXPECT_NEAR(each - stall - compute, 8 * 1.2e-3 * scale, 1e-6) << name;
+      if (name.starts_with("exact")) {
+        EXPECT_GT(stall, 0) << name;
+      }
     }
-    EXPECT_NEAR(c.at("simulated_probed_ms_per_token").get<double>(), sum / 2, 1e-9 * sum) << name;
+    const double probed = c.at("simulated_probed_ms_per_token").get<double>();
+    EXPECT_NEAR(probed, sum / 2, 1e-9 * sum) << name;
+    // A slower link copies no faster: the prediction moves up with it, down with a faster one.
+    const double slower = c.at("simulated_probed_link_10pct_slower_ms_per_token").get<double>();
+    const double faster = c.at("simulated_probed_link_10pct_faster_ms_per_token").get<double>();
+    EXPECT_GT(slower, probed) << name;
+    EXPECT_LT(faster, probed) << name;
   }
   EXPECT_EQ(rows, 2);
   // With every expert in a slot nothing is copied while decoding: each round's prediction is the
@@ -350,7 +368,14 @@ TEST(BenchCli, ProbeRoundsPredictEachRoundWithTheLinkProbedBeforeIt) {
     EXPECT_NEAR(slots.at("rounds").at(i).at("simulated_probed_ms_per_token").get<double>(),
                 floor_ms, 1e-9 * floor_ms)
         << "round " << i;
+    EXPECT_EQ(slots.at("rounds").at(i).at("simulated_probed_stall_ms_per_token").get<double>(), 0)
+        << "round " << i;
   }
+  // Nothing copied: the link's rate moves nothing.
+  EXPECT_NEAR(slots.at("simulated_probed_link_10pct_slower_ms_per_token").get<double>(), floor_ms,
+              1e-9 * floor_ms);
+  EXPECT_NEAR(slots.at("simulated_probed_link_10pct_faster_ms_per_token").get<double>(), floor_ms,
+              1e-9 * floor_ms);
   // Only the disk link is probed.
   const auto refused = test_support::run_cli("bench -m " + kModel.string() + " -f " +
                                              kText.string() + " --probe-rounds 2 --rounds 1");
