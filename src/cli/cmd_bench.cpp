@@ -325,7 +325,7 @@ void run_bench_cli(const BenchCli& o) {
     // With --generate the drafter's own drafts are verified; over text windows or a trace,
     // teacher forced (drafts accepted while they equal the text; a synthetic drafter may stand
     // in for a model there).
-    drafter = load_drafter(o.spec, o.threads, context, /*teacher_forced=*/o.generate == 0);
+    drafter = load_drafter(o.spec, o.threads, context, tok, /*teacher_forced=*/o.generate == 0);
     if (!o.predict.empty())
       fail("bench", "--predict",
            "expected no --draft: the simulator replays plain decoding's routing (one position "
@@ -523,7 +523,7 @@ void run_bench_cli(const BenchCli& o) {
   std::vector<std::vector<SimulatedSplit>> predicted_round(results.size());
   double compute_scale = 0;
   if (!o.predict.empty()) {
-    const schedule::HardwareProfile profile = schedule::load_profile(o.predict);
+    const schedule::HardwareProfile profile = schedule::load_profile(o.predict, {}, "--predict");
     const policy::RouterSpec spec = engine::router_spec(cfg);
     const eval::BenchResult* floor_row = nullptr;
     for (const eval::BenchResult& b : results)

@@ -93,16 +93,15 @@ void add_kl_command(CLI::App& root) {
       fail("kl", "--counterfactual", "expected --draft MODEL with a block rule (--spec-select)");
     Drafter drafter;
     if (!o->spec.draft.empty())
-      drafter = load_drafter(o->spec, o->threads, o->window_len, /*teacher_forced=*/true);
-    const std::vector<eval::KlRow> rows = eval::kl_divergence(
-        exact, pointers, cfg.vocab, ids,
-        {.window = o->window_len,
-         .max_windows = o->max_windows,
-         .drafter = drafter.engine.get(),
-         .synthetic = drafter.synthetic,
-         .draft_k = o->spec.draft_k,
-         .counterfactual = o->counterfactual},
-        progress);
+      drafter = load_drafter(o->spec, o->threads, o->window_len, tok, /*teacher_forced=*/true);
+    const std::vector<eval::KlRow> rows = eval::kl_divergence(exact, pointers, cfg.vocab, ids,
+                                                              {.window = o->window_len,
+                                                               .max_windows = o->max_windows,
+                                                               .drafter = drafter.engine.get(),
+                                                               .synthetic = drafter.synthetic,
+                                                               .draft_k = o->spec.draft_k,
+                                                               .counterfactual = o->counterfactual},
+                                                              progress);
     std::printf("%s", eval::kl_table(rows).c_str());
     if (!o->json.empty()) {
       nlohmann::json doc = eval::kl_json(rows);

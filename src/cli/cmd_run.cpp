@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "cli/speculative.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "common/output_file.hpp"
 #include "engine/engine.hpp"
@@ -51,7 +52,7 @@ void run_speculative(const model::Model& model, engine::Engine& target,
                      const tokenizer::Tokenizer& tok, const std::vector<int32_t>& prompt,
                      const RunOptions& o) {
   using Clock = std::chrono::steady_clock;
-  Drafter drafter = load_drafter(o.spec, o.threads, target.context());
+  Drafter drafter = load_drafter(o.spec, o.threads, target.context(), tok);
   engine::SpeculativeDecoder sd(
       target, *drafter.engine,
       {.draft_k = o.spec.draft_k, .temperature = o.sampling.temperature, .seed = o.sampling.seed});
@@ -94,12 +95,16 @@ void run_speculative(const model::Model& model, engine::Engine& target,
   std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.2f tok/s), target and drafter\n",
                prompt.size(), prompt_s * 1e3, static_cast<double>(prompt.size()) / prompt_s);
   const double n = static_cast<double>(st.committed);
+  // The last verification may commit past -n (or past the end of sequence): the rate counts
+  // every committed token (the work done), the text only the kept ones.
+  const std::string kept =
+      static_cast<int64_t>(written) != st.committed ? fmt::format(" ({} written)", written) : "";
   std::fprintf(stderr,
-               "decode: %lld tokens committed in %.1f ms (%.2f tok/s, %.2f ms/token), %d "
+               "decode: %lld tokens committed%s in %.1f ms (%.2f tok/s, %.2f ms/token), %d "
                "threads, speculative k=%d %s\n",
-               static_cast<long long>(st.committed), decode_s * 1e3, n > 0 ? n / decode_s : 0.0,
-               n > 0 ? decode_s * 1e3 / n : 0.0, target.threads(), o.spec.draft_k,
-               o.spec.select.c_str());
+               static_cast<long long>(st.committed), kept.c_str(), decode_s * 1e3,
+               n > 0 ? n / decode_s : 0.0, n > 0 ? decode_s * 1e3 / n : 0.0, target.threads(),
+               o.spec.draft_k, o.spec.select.c_str());
   std::fprintf(stderr, "speculative: %s\n", speculative_report(st).c_str());
   if (model.config().has_moe()) {
     std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
@@ -136,8 +141,9 @@ void add_run_command(CLI::App& root) {
       ->check(CLI::Range(0.0, 100.0));
   cmd->add_option("--top-k", sp.top_k, "Keep the K most likely tokens (0: all)")
       ->check(CLI::Range(0, 1 << 24));
-  cmd->add_option("--top-p", sp.top_p, "Nucleus sampling: keep tokens up to this probability mass")
-      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--top-p", sp.top_p,
+                  "Nucleus sampling: keep tokens up to this probability mass, in (0, 1] (1: off)")
+      ->check(Fraction);
   cmd->add_option("--min-p", sp.min_p,
                   "Drop tokens less likely than this fraction of the most likely one (0: off)")
       ->check(CLI::Range(0.0, 1.0));
@@ -175,6 +181,7 @@ void add_run_command(CLI::App& root) {
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())
       fail(o->model, "prompt", "expected at least one token, the prompt encodes to none");
+    warn_past_trained_context(model->config(), o->context);
     engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, o->context));
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {
       fail("run", "-n", "prompt ({} tokens) + {} new tokens exceed the context of {} (raise -c)",

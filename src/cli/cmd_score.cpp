@@ -62,7 +62,7 @@ void add_score_command(CLI::App& root) {
     Drafter drafter;
     std::unique_ptr<engine::SpeculativeDecoder> sd;
     if (!o->spec.draft.empty()) {
-      drafter = load_drafter(o->spec, o->threads, engine.context(), /*teacher_forced=*/true);
+      drafter = load_drafter(o->spec, o->threads, engine.context(), tok, /*teacher_forced=*/true);
       sd = engine::make_speculative_decoder(engine, drafter.engine.get(), drafter.synthetic,
                                             {.draft_k = o->spec.draft_k});
     }

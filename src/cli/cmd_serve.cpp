@@ -103,7 +103,7 @@ void add_serve_command(CLI::App& root) {
   cmd->add_option("--chat-template", o->chat_template_file,
                   "Jinja chat template file (overrides the model's)");
   cmd->add_option("--name", o->name, "Model name reported by /v1/models (default: folder name)");
-  cmd->add_flag("--quiet", s.quiet, "No request log on stderr");
+  cmd->add_flag("-q,--quiet", s.quiet, "No request log on stderr");
   add_speculative_options(cmd, o->spec);
   cmd->final_callback([o] {
     server::ServerOptions& so = o->server;
@@ -114,21 +114,26 @@ void add_serve_command(CLI::App& root) {
     const schedule::OffloadConfig offload = resolve_policy(request, o->engine.policy, *model);
     check_fits(budget, *model, offload, o->context);
     // Per-request policies use the same calibration (the model's calib.smcal by default).
+    warn_past_trained_context(model->config(), o->context);
     so.worker.engine = engine_params(o->engine, offload, o->threads, o->context);
     // The drafter, when asked for: its context at least the target's (it sees the same tokens).
+    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     Drafter drafter;
     if (!o->spec.draft.empty()) {
-      drafter = load_drafter(o->spec, o->threads,
-                             engine::resolve_context(model->config(), so.worker.engine.context));
+      drafter =
+          load_drafter(o->spec, o->threads,
+                       engine::resolve_context(model->config(), so.worker.engine.context), tok);
       so.worker.drafting = {.drafter = drafter.engine.get(), .draft_k = o->spec.draft_k};
     }
-    const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     so.write_timeout_s = so.read_timeout_s;
     so.max_body_bytes = o->max_body_mb << 20;
     so.max_buffered_bytes = std::max(o->max_buffered_mb, o->max_body_mb) << 20;
     so.chat_template = o->chat_template_file.empty()
                            ? tok.vocabulary().chat_template
                            : read_file(o->chat_template_file, "--chat-template");
+    so.chat_template_source = o->chat_template_file.empty()
+                                  ? o->model + " (its tokenizer's chat template)"
+                                  : o->chat_template_file;
     so.model_name =
         !o->name.empty() ? o->name : std::filesystem::path(o->model).filename().string();
     if (so.model_name.empty())

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "common/json_input.hpp"
 #include "common/output_file.hpp"
@@ -266,8 +267,10 @@ void add_sweep_command(CLI::App& root) {
       ->required()
       ->take_all();
   cmd->add_option("--cache", o->caches, "Cache slots per layer, several: 32,16")->delimiter(',');
-  cmd->add_option("--residency", o->residencies, "Or fractions of the experts: 0.5,0.25")
-      ->delimiter(',');
+  cmd->add_option("--residency", o->residencies,
+                  "Or fractions of the experts, each in (0, 1]: 0.5,0.25")
+      ->delimiter(',')
+      ->check(Fraction);
   cmd->add_option("-o,--out", o->out, "Output folder (points/, kl.json, bench.json, frontier)")
       ->required();
   cmd->add_option("--rounds", o->rounds, "bench: timing rounds")->check(CLI::Range(1, 1000));

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "common/memory_limit.hpp"
 #include "engine/cuda_backend_factory.hpp"
@@ -25,7 +26,8 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
       ->capture_default_str();
   cmd->add_option("--residency", o.residency,
                   "Fraction of each layer's experts cached, in (0, 1] (instead of --cache)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(Fraction)
+      ->default_str("");  // 0 in the field means "not given", not a fraction to show
   cmd->add_option(
          "--link", o.link,
          "Where experts live: resident | disk | emulated:GBPS[,LATENCY_US] | sim:PROFILE | cuda")
@@ -85,6 +87,14 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
 std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o) {
   if (o.mem_limit.empty()) return std::nullopt;
   return MemoryBudget::enter(parse_byte_count(o.mem_limit, "--mem-limit"));
+}
+
+void warn_past_trained_context(const model::ModelConfig& config, int context) {
+  if (config.max_positions > 0 && context > config.max_positions)
+    std::fprintf(stderr,
+                 "steermoe: warning: -c %d is beyond the %d positions the model was trained on "
+                 "(its max_position_embeddings); output past them may degrade\n",
+                 context, config.max_positions);
 }
 
 void check_fits(const std::optional<MemoryBudget>& budget, const model::Model& model,

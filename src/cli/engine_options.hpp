@@ -60,6 +60,11 @@ std::string resolve_backend(const std::string& backend);
 // anything is loaded; nullopt without the option. Call first in a command.
 std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& options);
 
+// A warning on stderr when -c asks for more positions than the model was trained on
+// (max_position_embeddings / context_length): decoding goes on, but past them the output may
+// degrade, as llama.cpp warns.
+void warn_past_trained_context(const model::ModelConfig& config, int context);
+
 // With a budget: throws a clear error when the engine for `offload` at `context` positions
 // cannot fit (engine/memory_plan.hpp), naming the parts and the largest --cache that would.
 void check_fits(const std::optional<MemoryBudget>& budget, const model::Model& model,

@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <exception>
 #include <new>
+#include <string>
 #include <string_view>
 
 #include "cli/commands.hpp"
@@ -14,6 +15,41 @@
 #include "common/interrupt.hpp"
 #include "common/output_file.hpp"
 #include "kernels/kernels.hpp"
+
+namespace {
+
+// CLI11 reports a missing required option (or subcommand) before an unknown one, so `steermoe
+// foo` said "A subcommand is required" and `steermoe run --modle m` "--model is required". On
+// such an error, name what was not understood instead: an unknown subcommand, or the first
+// long option the command does not have (only "--name" forms: a short "-x" may be a value).
+std::string not_understood(CLI::App& app, int argc, char** argv) {
+  if (argc < 2) return {};
+  const std::string_view first = argv[1];
+  CLI::App* command = &app;
+  int from = 1;
+  if (!first.starts_with("-")) {
+    const std::vector<CLI::App*> named =
+        app.get_subcommands([&](CLI::App* sub) { return sub->check_name(std::string(first)); });
+    command = named.empty() ? nullptr : named.front();
+    if (command == nullptr)
+      return "unknown command '" + std::string(first) + "' (steermoe --help lists them)";
+    from = 2;
+  }
+  for (int i = from; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--") break;
+    if (!arg.starts_with("--") || arg.size() == 2) continue;
+    const std::string name(arg.substr(0, arg.find('=')));
+    if (command->get_option_no_throw(name) == nullptr)
+      return "unknown option '" + name + "'" +
+             (command == &app ? std::string(" (steermoe --help lists the options)")
+                              : " for `steermoe " + command->get_name() + "` (steermoe " +
+                                    command->get_name() + " --help lists them)");
+  }
+  return {};
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -34,11 +70,18 @@ int main(int argc, char** argv) {
     // (a full disk, a closed pipe) is an error, not a success.
     steermoe::check_stdout();
   } catch (const CLI::ParseError& e) {
+    if (dynamic_cast<const CLI::RequiredError*>(&e) != nullptr ||
+        dynamic_cast<const CLI::ExtrasError*>(&e) != nullptr) {
+      if (const std::string what = not_understood(app, argc, argv); !what.empty()) {
+        std::fprintf(stderr, "steermoe: error: %s\n", what.c_str());
+        return 1;
+      }
+    }
     // CLI11 uses its own exit codes (105, 106, ...) for parse errors; steermoe uses one rule.
     const int code = app.exit(e);
     return code == 0 ? 0 : 1;
   } catch (const steermoe::Interrupted&) {
-    std::fprintf(stderr, "\nsteermoe: interrupted; no partial output was kept\n");
+    std::fprintf(stderr, "\nsteermoe: interrupted; no partial output file was kept\n");
     return steermoe::kInterruptExitStatus;
   } catch (const steermoe::Error& e) {
     std::fprintf(stderr, "steermoe: error: %s\n", e.what());

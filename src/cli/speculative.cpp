@@ -11,12 +11,13 @@
 namespace steermoe::cli {
 
 void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
-  cmd->add_option("--draft", o.draft,
-                  "Speculative decoding: a drafter model sharing the target's vocabulary (e.g. "
-                  "models/steer-drafter-small for models/steer-olmoe-small); bench and kl also "
-                  "take synthetic:A[,MS] (teacher forced: the text's next token proposed with "
-                  "probability A, else another, MS ms of busy drafting per draft; for --scores-from "
-                  "traces at shapes whose random weights cannot draft)");
+  cmd->add_option(
+      "--draft", o.draft,
+      "Speculative decoding: a drafter model sharing the target's vocabulary (e.g. "
+      "models/steer-drafter-small for models/steer-olmoe-small); bench and kl also "
+      "take synthetic:A[,MS] (teacher forced: the text's next token proposed with "
+      "probability A, else another, MS ms of busy drafting per draft; for --scores-from "
+      "traces at shapes whose random weights cannot draft)");
   cmd->add_option("--draft-k", o.draft_k, "Drafts per verification")
       ->check(CLI::Range(1, 63))
       ->capture_default_str();
@@ -81,7 +82,28 @@ std::optional<engine::SyntheticDraft> parse_synthetic_draft(const std::string& t
   return d;
 }
 
-Drafter load_drafter(const SpecOptions& o, int threads, int context, bool teacher_forced) {
+std::string tokenizer_mismatch(const tokenizer::Tokenizer& drafter,
+                               const tokenizer::Tokenizer& target) {
+  if (drafter.size() != target.size())
+    return fmt::format("{} tokens, the target {}", drafter.size(), target.size());
+  if (drafter.eos() != target.eos() || drafter.bos() != target.bos())
+    return fmt::format("BOS / EOS {} / {}, the target {} / {}", drafter.bos().value_or(-1),
+                       drafter.eos().value_or(-1), target.bos().value_or(-1),
+                       target.eos().value_or(-1));
+  size_t differ = 0;
+  int first = -1;
+  for (size_t id = 0; id < target.size(); ++id) {
+    const auto t = static_cast<tokenizer::TokenId>(id);
+    if (drafter.token_bytes(t) == target.token_bytes(t)) continue;
+    if (differ++ == 0) first = static_cast<int>(id);
+  }
+  if (differ == 0) return {};
+  return fmt::format("{} of {} tokens spell differently (first: id {})", differ, target.size(),
+                     first);
+}
+
+Drafter load_drafter(const SpecOptions& o, int threads, int context,
+                     const tokenizer::Tokenizer& target, bool teacher_forced) {
   Drafter d;
   d.synthetic = parse_synthetic_draft(o.draft);
   if (d.synthetic && !teacher_forced)
@@ -90,6 +112,10 @@ Drafter load_drafter(const SpecOptions& o, int threads, int context, bool teache
          "--scores-from TRACE without --generate, and kl)");
   if (d.synthetic) return d;
   d.model = model::Model::load(o.draft);
+  if (const std::string why = tokenizer_mismatch(tokenizer::Tokenizer::load(o.draft), target);
+      !why.empty())
+    fail("--draft", o.draft,
+         "expected a drafter with the target's tokenizer (its drafts are token ids): {}", why);
   engine::EngineParams p{.threads = threads, .context = context};
   p.offload = engine::resolve_offload(*d.model, schedule::OffloadRequest{});
   p.max_batch = 64;
@@ -111,8 +137,8 @@ std::string speculative_report(const engine::SpecStats& s) {
       "{:.2f} ms/token, verify {:.2f} ms/token",
       s.tau(), s.verifications, depth, static_cast<double>(s.block_copies) / committed,
       static_cast<double>(s.verify_insertions) / committed,
-      static_cast<double>(s.restore_copies) / committed,
-      s.draft_s * 1e3 / committed, s.verify_s * 1e3 / committed);
+      static_cast<double>(s.restore_copies) / committed, s.draft_s * 1e3 / committed,
+      s.verify_s * 1e3 / committed);
 }
 
 }  // namespace steermoe::cli

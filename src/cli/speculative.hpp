@@ -12,15 +12,16 @@
 #include "engine/engine.hpp"
 #include "engine/speculative.hpp"
 #include "model/weights.hpp"
+#include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
 
 struct SpecOptions {
-  std::string draft;             // drafter model; empty = no speculative decoding
-  int draft_k = 4;               // drafts per verification
-  std::string select = "policy";  // --spec-select: policy | exact | block | block:conf
-  int pool = 0;                  // P per layer (0: the cache size)
-  int union_slots = 0;           // U per layer (0: the cache size)
+  std::string draft;               // drafter model; empty = no speculative decoding
+  int draft_k = 4;                 // drafts per verification
+  std::string select = "policy";   // --spec-select: policy | exact | block | block:conf
+  int pool = 0;                    // P per layer (0: the cache size)
+  int union_slots = 0;             // U per layer (0: the cache size)
   bool no_block_prefetch = false;  // --no-block-prefetch
 };
 
@@ -39,9 +40,15 @@ struct Drafter {
   bool any() const { return engine != nullptr || synthetic.has_value(); }
 };
 // `teacher_forced`: the command follows a text (bench without --generate, kl), where a synthetic
-// drafter may stand in for a model; elsewhere synthetic:... is an error naming --draft.
+// drafter may stand in for a model; elsewhere synthetic:... is an error naming --draft. A drafter
+// model must tokenize as `target` does (same size, same bytes for every id, same BOS / EOS):
+// drafts are token ids, so a drafter with another vocabulary drafts nonsense and is refused.
 Drafter load_drafter(const SpecOptions& options, int threads, int context,
-                     bool teacher_forced = false);
+                     const tokenizer::Tokenizer& target, bool teacher_forced = false);
+
+// Empty when `drafter` tokenizes as `target`; else what differs (the first differing id).
+std::string tokenizer_mismatch(const tokenizer::Tokenizer& drafter,
+                               const tokenizer::Tokenizer& target);
 
 // "synthetic:A[,MS]" -> its draft (nullopt for any other text); Error naming --draft for a
 // malformed one.

@@ -79,6 +79,14 @@ void harden(CLI::App& app) {
 
 const CLI::Validator NonNegative = number_at_least(0.0, false, "NONNEGATIVE");
 const CLI::Validator Positive = number_at_least(0.0, true, "POSITIVE");
+const CLI::Validator Fraction(
+    [](std::string& input) -> std::string {
+      double v = 0;
+      if (!parse_double(input, v)) return "expected a number, found '" + input + "'";
+      if (!(v > 0.0 && v <= 1.0)) return "expected a number in (0, 1], found " + input;
+      return {};
+    },
+    "FLOAT in (0 - 1]", "FRACTION");
 
 void harden_options(CLI::App& root) {
   harden(root);

@@ -14,6 +14,8 @@ namespace steermoe::cli {
 
 extern const CLI::Validator NonNegative;
 extern const CLI::Validator Positive;
+// A number in (0, 1] (fractions where 0 would mean nothing, or "not given").
+extern const CLI::Validator Fraction;
 
 void harden_options(CLI::App& root);
 

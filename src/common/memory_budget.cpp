@@ -68,6 +68,30 @@ std::optional<CurrentCgroup> current_memory_cgroup() {
   return std::nullopt;
 }
 
+// This process's resident bytes now (/proc/self/statm), 0 where unknown.
+uint64_t resident_bytes_now() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  if (!(in >> size >> resident)) return 0;
+  return resident * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+}
+
+// Cgroups this program made for processes that are gone (killed before their destructor ran:
+// SIGKILL, the OOM killer): "steermoe-<pid>" beside `dir` with no process in it. Best effort.
+void remove_stale_budgets(const fs::path& parent) {
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parent, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (!name.starts_with("steermoe-") || !entry.is_directory(ec)) continue;
+    const std::string pid = name.substr(9);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    if (fs::exists(fs::path("/proc") / pid, ec)) continue;  // alive (or a reused pid): keep
+    const std::optional<std::string> member = read_line(entry.path() / "cgroup.procs");
+    if (member && !member->empty()) continue;
+    fs::remove(entry.path(), ec);  // rmdir of an empty cgroup
+  }
+}
+
 [[noreturn]] void cannot(const std::string& why) {
   fail("--mem-limit", "cgroup",
        "expected to create a memory cgroup for the budget, but {}; impose it from outside "
@@ -104,6 +128,18 @@ uint64_t parse_byte_count(const std::string& text, const std::string& flag) {
 MemoryBudget MemoryBudget::enter(uint64_t bytes) {
   const std::optional<CurrentCgroup> current = current_memory_cgroup();
   if (!current) cannot("no memory cgroup controller is mounted");
+  // The process is charged for what it allocates from the moment it enters the cgroup: a limit
+  // below what it already holds (plus room to read the model's header) makes the kernel kill it
+  // at once, with no message. Refuse such a limit here, where a message can still be printed.
+  constexpr uint64_t kHeadroom = uint64_t{64} << 20;
+  const uint64_t holding = resident_bytes_now();
+  if (bytes < holding + kHeadroom)
+    fail("--mem-limit", "value",
+         "expected at least {:.0f} MiB (this process holds {:.0f} MiB before loading anything, "
+         "and the model's own weights, slots and KV come on top), found {} bytes",
+         static_cast<double>(holding + kHeadroom) / (1 << 20),
+         static_cast<double>(holding) / (1 << 20), bytes);
+  remove_stale_budgets(current->dir);
   MemoryBudget b;
   b.v2_ = current->v2;
   b.limit_ = bytes;

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "engine/cpu/cpu_backend.hpp"
 #include "engine/cuda_backend_factory.hpp"
 
@@ -181,6 +182,10 @@ void Engine::verify(std::span<const int32_t> tokens, std::span<const float> alph
 
 void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logits,
                      std::span<const float> block_alpha) {
+  // Ctrl-C: every command that computes (run, bench, kl, score, logits, profile, ...) stops
+  // before its next forward pass with status 130, not after its last. Only the CLI's handler
+  // sets the flag (serve and the Python module keep their own), so nothing else sees it.
+  check_interrupt();
   const int n = static_cast<int>(tokens.size());
   SM_ASSERT(n >= 1 && n <= params_.max_batch);
   for (int32_t t : tokens) check_token(t);

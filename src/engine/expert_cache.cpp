@@ -163,7 +163,7 @@ ExpertCache::ExpertCache(const model::Model& model, const schedule::OffloadConfi
       store_ = resident_store(model);
       break;
     case LinkKind::kSim: {
-      profile_ = schedule::load_profile(config_.link.profile);
+      profile_ = schedule::load_profile(config_.link.profile, {}, "--link sim:PROFILE");
       auto clock = std::make_unique<link::SimulatedLink>(profile_.link_params());
       sim_clock_ = clock.get();
       link_ = std::move(clock);

@@ -101,6 +101,14 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
   c.cache_slots = resolve_cache(r, spec);
   policy::validate(c.policy, spec, c.cache_slots);
   c.link = link::parse_link_spec(dense ? "resident" : r.link);
+  // The demonstration mode routes on the copies the scheduler issued: without copies (the
+  // resident link) there is nothing to route on.
+  if (c.policy.physical && !dense && !c.link.moves_experts())
+    fail("--policy", "physical",
+         "expected a link that copies experts (--link disk | emulated:GBPS | sim:PROFILE) for "
+         "'{}': the physical: demonstration mode routes on the copies the scheduler issued "
+         "(or run it in `steermoe sim`)",
+         r.policy);
   if (r.max_inflight < 1 || r.max_inflight > 1024)
     fail("engine", "--max-inflight", "expected 1..1024, found {}", r.max_inflight);
   c.max_inflight = r.max_inflight;

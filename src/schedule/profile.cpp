@@ -142,7 +142,7 @@ std::filesystem::path default_profile_dir() {
 }
 
 HardwareProfile load_profile(std::string_view name_or_path,
-                             const std::filesystem::path& profile_dir) {
+                             const std::filesystem::path& profile_dir, std::string_view option) {
   namespace fs = std::filesystem;
   const fs::path dir = profile_dir.empty() ? default_profile_dir() : profile_dir;
   fs::path path(name_or_path);
@@ -155,7 +155,7 @@ HardwareProfile load_profile(std::string_view name_or_path,
         if (entry.path().extension() == ".json") known.push_back(entry.path().stem().string());
       }
       std::sort(known.begin(), known.end());
-      fail("--profile", std::string(name_or_path),
+      fail(std::string(option), std::string(name_or_path),
            "expected a profile file or one of the names in {}: {}", dir.string(),
            fmt::format("{}", fmt::join(known, ", ")));
     }

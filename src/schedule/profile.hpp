@@ -61,9 +61,11 @@ struct HardwareProfile {
 HardwareProfile parse_profile(const nlohmann::json& json, const std::string& where);
 
 // `name_or_path`: a path to a .json file, or the name of a file in `profile_dir` (the repo's
-// data/profiles unless given). Throws steermoe::Error listing the known names when not found.
+// data/profiles unless given). Throws steermoe::Error naming `option` (the flag it came from) and
+// listing the known names when not found.
 HardwareProfile load_profile(std::string_view name_or_path,
-                             const std::filesystem::path& profile_dir = {});
+                             const std::filesystem::path& profile_dir = {},
+                             std::string_view option = "--profile");
 
 // The repo's data/profiles (found next to the source tree this binary was built from, or
 // through the STEERMOE_PROFILES environment variable).

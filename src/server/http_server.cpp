@@ -588,10 +588,12 @@ HttpServer::HttpServer(const model::Model& model, const tokenizer::Tokenizer& to
     std::fprintf(stderr,
                  "warning: the model has no chat template; /v1/chat/completions uses ChatML\n");
   }
+  const std::string source =
+      options.chat_template_source.empty() ? "chat template" : options.chat_template_source;
   try {
     impl_ = std::make_unique<Impl>(model, tok, std::move(options));
   } catch (const jinja::TemplateError& e) {
-    fail("chat template", "chat_template", "expected a template steermoe can render: {}", e.what());
+    fail(source, "chat_template", "expected a template steermoe can render: {}", e.what());
   }
 }
 

@@ -29,10 +29,11 @@ struct ServerOptions {
   int http_threads = 0;      // request handler threads (JSON, tokenization); 0: 2
   size_t max_connections = 256;
   size_t max_connections_per_address = 64;
-  int probe_interval_ms = 1000;  // probes of a half-closed client waiting for its response
-  std::string model_name;        // reported by /v1/models and in responses
-  std::string chat_template;     // Jinja source; empty: ChatML fallback (with a warning)
-  bool quiet = false;            // no request log on stderr
+  int probe_interval_ms = 1000;      // probes of a half-closed client waiting for its response
+  std::string model_name;            // reported by /v1/models and in responses
+  std::string chat_template;         // Jinja source; empty: ChatML fallback (with a warning)
+  std::string chat_template_source;  // where it came from (a file, the model), for errors
+  bool quiet = false;                // no request log on stderr
   WorkerOptions worker;
 };
 

@@ -83,7 +83,7 @@ TEST(CliRun, HelpStatesTheSamplingDefaults) {
   ASSERT_EQ(r.status, 0);
   for (const char* flag :
        {"--temp FLOAT:FLOAT in [0 - 100]=0.8", "--top-k INT:INT in [0 - 16777216]=40",
-        "--top-p FLOAT:FLOAT in [0 - 1]=0.95", "--min-p FLOAT:FLOAT in [0 - 1]=0.05",
+        "--top-p FLOAT:FLOAT in (0 - 1]=0.95", "--min-p FLOAT:FLOAT in [0 - 1]=0.05",
         "--repeat-penalty FLOAT:FLOAT in [0.01 - 10]=1.1",
         "--repeat-last-n INT:INT in [-1 - 16777216]=64"}) {
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << "\n" << r.output;
@@ -118,6 +118,68 @@ TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
       run_cli("run -m " + kSmall.string() + " -p x -n 4 --top-k 5 --draft " + drafter);
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_NE(refused.output.find("--top-k"), std::string::npos) << refused.output;
+}
+
+// A drafter whose tokenizer spells its ids differently drafts nonsense (every draft rejected):
+// refused, naming --draft and what differs. steer-olmoe-tiny has the vocabulary size of the
+// small model but another tokenizer.
+TEST(CliRun, ADrafterWithAnotherTokenizerIsRefused) {
+  const std::string other =
+      (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny").string();
+  const auto r = run_cli("run -m " + kSmall.string() + " -p x -n 4 --temp 0 --draft " + other);
+  EXPECT_EQ(r.status, 1) << r.output;
+  EXPECT_NE(r.output.find("--draft"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("tokenizer"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("spell differently"), std::string::npos) << r.output;
+}
+
+// -c beyond the positions the model was trained on (256 for the shipped model): a warning, as
+// llama.cpp gives; within them none.
+TEST(CliRun, AContextBeyondTheTrainedOneWarns) {
+  const std::string base = "run -m " + kSmall.string() + " -p x -n 1 --temp 0";
+  const auto beyond = run_cli(base + " -c 512");
+  EXPECT_EQ(beyond.status, 0) << beyond.output;
+  EXPECT_NE(beyond.output.find("-c 512 is beyond the 256 positions"), std::string::npos)
+      << beyond.output;
+  const auto within = run_cli(base + " -c 256");
+  EXPECT_EQ(within.status, 0) << within.output;
+  EXPECT_EQ(within.output.find("beyond"), std::string::npos) << within.output;
+}
+
+// What the command line did not understand is named: an unknown command, an unknown option
+// (before "--model is required", which CLI11 would say first), values outside an option's range
+// that the help states, and a policy that cannot run on the link asked for, before any text.
+TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
+  struct Case {
+    std::string args, expected;
+  };
+  const std::string m = "-m " + kSmall.string() + " -p hi -n 2";
+  const Case cases[] = {
+      {"foo", "unknown command 'foo'"},
+      {"--bogus", "unknown option '--bogus'"},
+      {"run --bogus-opt 1", "unknown option '--bogus-opt' for `steermoe run`"},
+      {"run -m " + kSmall.string() + " --modle x -p hi", "unknown option '--modle'"},
+      {"run " + m + " --residency 0", "--residency"},
+      {"run " + m + " --top-p 0", "--top-p"},
+      {"run " + m + " --residency 0.5 --policy physical:psr:lambda=0.3",
+       "the physical: demonstration mode routes on the copies"},
+      {"run " + m + " --residency 0.5 --link sim:no-such-profile", "--link sim:PROFILE"},
+  };
+  for (const Case& c : cases) {
+    const auto r = run_cli(c.args);
+    EXPECT_EQ(r.status, 1) << c.args << ": " << r.output;
+    EXPECT_NE(r.output.find(c.expected), std::string::npos) << c.args << ": " << r.output;
+    EXPECT_EQ(r.output.find("is required"), std::string::npos) << c.args << ": " << r.output;
+  }
+  // serve takes -q as run does; a chat template it cannot render is named by its file.
+  EXPECT_NE(run_cli("serve --help").output.find("-q,--quiet"), std::string::npos);
+  const fs::path bad = fs::temp_directory_path() / "steermoe_cli_bad_template.jinja";
+  { std::ofstream(bad) << "{% if %}"; }
+  const auto t =
+      run_cli("serve -m " + kSmall.string() + " --port 0 --chat-template " + bad.string());
+  EXPECT_EQ(t.status, 1) << t.output;
+  EXPECT_NE(t.output.find(bad.string() + ": chat_template"), std::string::npos) << t.output;
+  fs::remove(bad);
 }
 
 // `kl --draft`: teacher-forced speculative decoding. Under `rollback` the committed positions'

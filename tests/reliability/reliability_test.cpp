@@ -38,8 +38,8 @@ using testing::Not;
 const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "oracle";
 
 struct Child {
-  int exit_status = -1;   // WEXITSTATUS, -1 if killed by a signal
-  int signal = 0;         // WTERMSIG
+  int exit_status = -1;  // WEXITSTATUS, -1 if killed by a signal
+  int signal = 0;        // WTERMSIG
   bool timed_out = false;
   long max_rss_kb = 0;
   double seconds = 0;
@@ -78,8 +78,10 @@ Child run_binary(const std::vector<std::string>& args, const Scratch& scratch,
   const fs::path out_path = scratch / "child.out", err_path = scratch / "child.err";
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
   posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
   std::vector<std::string> all{STEERMOE_BINARY};
   all.insert(all.end(), args.begin(), args.end());
@@ -142,7 +144,8 @@ void write(const fs::path& p, const std::string& text) {
 }
 
 std::string deep(int depth) {
-  return std::string(static_cast<size_t>(depth), '[') + std::string(static_cast<size_t>(depth), ']');
+  return std::string(static_cast<size_t>(depth), '[') +
+         std::string(static_cast<size_t>(depth), ']');
 }
 
 // A small synthetic trace (and its calibration) for the trace/calibration readers.
@@ -186,9 +189,8 @@ TEST(Reliability, DeepJsonInEveryReaderIsAnError) {
   write(s / "deep_trace" / "meta.json", bomb);
   // hardware profile.
   write(s / "profile.json", bomb);
-  ASSERT_EQ(run_binary({"calibrate", "--trace", (s / "trace").string(), "-o",
-                        (s / "c.smcal").string()},
-                       s)
+  ASSERT_EQ(run_binary(
+                {"calibrate", "--trace", (s / "trace").string(), "-o", (s / "c.smcal").string()}, s)
                 .exit_status,
             0);
   struct Case {
@@ -297,9 +299,9 @@ TEST(Reliability, HugeCountsAreRefusedWithinAnRssBound) {
     EXPECT_LT(c.max_rss_kb, rss_bound_kb());
   }
   {  // ... and checked against the memory cap with a message naming -c.
-    const Child c = run_binary(
-        {"run", "-m", oracle_gguf().string(), "-p", "hello", "-n", "2", "-c", "4194304"}, s,
-        {"STEERMOE_MAX_ALLOC_BYTES=100000000"});
+    const Child c =
+        run_binary({"run", "-m", oracle_gguf().string(), "-p", "hello", "-n", "2", "-c", "4194304"},
+                   s, {"STEERMOE_MAX_ALLOC_BYTES=100000000"});
     EXPECT_EQ(c.exit_status, 1) << c.err;
     EXPECT_THAT(c.err, HasSubstr("context (-c): a KV cache of 4194304 positions"));
   }
@@ -312,9 +314,9 @@ TEST(Reliability, HugeCountsAreRefusedWithinAnRssBound) {
     EXPECT_LT(c.max_rss_kb, rss_bound_kb());
   }
   {  // trace-synth --tokens 2^32: refused up front (tens of TB), not streamed.
-    const Child c = run_binary({"trace-synth", "--shape", "qwen36", "--tokens", "4294967296", "-o",
-                                (s / "huge").string()},
-                               s, {}, 20);
+    const Child c = run_binary(
+        {"trace-synth", "--shape", "qwen36", "--tokens", "4294967296", "-o", (s / "huge").string()},
+        s, {}, 20);
     EXPECT_FALSE(c.timed_out);
     EXPECT_EQ(c.exit_status, 1) << c.err;
     EXPECT_THAT(c.err, HasSubstr("without --force"));
@@ -326,9 +328,8 @@ TEST(Reliability, HugeCountsAreRefusedWithinAnRssBound) {
 TEST(Reliability, FifoAndDirectoryInputsAreRefusedWithoutBlocking) {
   Scratch s;
   make_trace(s, s / "trace");
-  ASSERT_EQ(run_binary({"calibrate", "--trace", (s / "trace").string(), "-o",
-                        (s / "c.smcal").string()},
-                       s)
+  ASSERT_EQ(run_binary(
+                {"calibrate", "--trace", (s / "trace").string(), "-o", (s / "c.smcal").string()}, s)
                 .exit_status,
             0);
   ASSERT_EQ(mkfifo((s / "fifo.gguf").c_str(), 0644), 0);
@@ -374,8 +375,8 @@ TEST(Reliability, TokenizerLargerThanTheModelIsRefusedAtLoad) {
                 .exit_status,
             0);
   nlohmann::json tok = steermoe::parse_json_or_throw(slurp(s / "hf" / "tokenizer.json"));
-  const int vocab = static_cast<int>(tok["model"]["vocab"].size()) +
-                    static_cast<int>(tok["added_tokens"].size());
+  const int vocab =
+      static_cast<int>(tok["model"]["vocab"].size()) + static_cast<int>(tok["added_tokens"].size());
   tok["added_tokens"].push_back(
       {{"id", vocab + 3}, {"content", "<extra>"}, {"special", true}, {"normalized", false}});
   write(s / "hf" / "tokenizer.json", steermoe::dump_json(tok));
@@ -388,9 +389,8 @@ TEST(Reliability, TokenizerLargerThanTheModelIsRefusedAtLoad) {
 TEST(Reliability, CalibrationOfTheWrongShapeNamesTheFile) {
   Scratch s;
   make_trace(s, s / "trace");  // olmoe shape: 16 x 64, not the oracle model's
-  ASSERT_EQ(run_binary({"calibrate", "--trace", (s / "trace").string(), "-o",
-                        (s / "c.smcal").string()},
-                       s)
+  ASSERT_EQ(run_binary(
+                {"calibrate", "--trace", (s / "trace").string(), "-o", (s / "c.smcal").string()}, s)
                 .exit_status,
             0);
   const std::string calib = (s / "c.smcal").string();
@@ -405,12 +405,11 @@ TEST(Reliability, CalibrationOfTheWrongShapeNamesTheFile) {
     EXPECT_THAT(c.err, HasSubstr("expected a calibration"));
   }
   // sim: against the trace's shape.
-  const Child t = run_binary({"trace-synth", "--shape", "moonlight", "--tokens", "16", "-o",
-                              (s / "moon").string()},
-                             s);
+  const Child t = run_binary(
+      {"trace-synth", "--shape", "moonlight", "--tokens", "16", "-o", (s / "moon").string()}, s);
   ASSERT_EQ(t.exit_status, 0) << t.err;
-  const Child c = run_binary({"sim", "--trace", (s / "moon").string(), "--calib", calib,
-                              "--cache", "32", "--policy", "exact"},
+  const Child c = run_binary({"sim", "--trace", (s / "moon").string(), "--calib", calib, "--cache",
+                              "32", "--policy", "exact"},
                              s);
   EXPECT_EQ(c.exit_status, 1) << c.err;
   EXPECT_THAT(c.err, HasSubstr(calib + ": shape: expected a calibration of"));
@@ -429,13 +428,14 @@ TEST(Reliability, ParseAndRangeErrorsExitWithStatusOne) {
       {{"run", "-m", model, "-p", "x", "--no-such-flag"}, "no-such-flag"},
       {{"run", "-m", model, "-p", "x", "-n", "-5"}, "-n"},
       {{"run", "-m", model, "-p", "x", "--temp", "nan"}, "expected a finite number"},
-      {{"run", "-m", model, "-p", "x", "--top-p", "nan"}, "expected a finite number"},
+      {{"run", "-m", model, "-p", "x", "--top-p", "nan"}, "expected a number in (0, 1], found nan"},
       {{"run", "-m", model, "-p", "x", "--seed", "-1"}, "non-negative"},
-      {{"run", "-m", model, "-p", "x", "--seed", "18446744073709551616"}, "[0, 18446744073709551615]"},
+      {{"run", "-m", model, "-p", "x", "--seed", "18446744073709551616"},
+       "[0, 18446744073709551615]"},
       {{"sim", "--trace", "t", "--calib", "c", "--cache", "1", "--policy", "exact", "--link-GBps",
         "-1"},
        "expected a number >= 0, found -1"},
-      {{"nonexistent-command"}, "subcommand"},
+      {{"nonexistent-command"}, "unknown command 'nonexistent-command'"},
   };
   for (const Case& k : cases) {
     const Child c = run_binary(k.args, s);
@@ -447,8 +447,8 @@ TEST(Reliability, ParseAndRangeErrorsExitWithStatusOne) {
   EXPECT_EQ(run_binary({"run", "--help"}, s).exit_status, 0);
   // Output folder problems are clear errors, not raw filesystem_error text.
   write(s / "file", "x");
-  const Child c = run_binary({"make-model", "--arch", "olmoe", "--shape", "olmoe-small",
-                              "--random", "-o", (s / "file" / "sub").string()},
+  const Child c = run_binary({"make-model", "--arch", "olmoe", "--shape", "olmoe-small", "--random",
+                              "-o", (s / "file" / "sub").string()},
                              s);
   EXPECT_EQ(c.exit_status, 1);
   EXPECT_THAT(c.err, HasSubstr("output"));
@@ -459,26 +459,48 @@ TEST(Reliability, ParseAndRangeErrorsExitWithStatusOne) {
 TEST(Reliability, InterruptLeavesNoPartialOutput) {
   Scratch s;
   const fs::path out = s / "synth";
-  const Child c = run_binary(
-      {"trace-synth", "--shape", "olmoe", "--tokens", "300000", "-o", out.string()}, s, {}, 60,
-      [&](pid_t pid) {
-        // Wait until the staging folder has data, then interrupt.
-        for (int i = 0; i < 2000; ++i) {
-          bool started = false;
-          for (const auto& e : fs::directory_iterator(s.dir()))
-            if (e.path().filename().string().rfind("synth.partial-", 0) == 0) started = true;
-          if (started) break;
-          std::this_thread::sleep_for(std::chrono::milliseconds(5));
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        kill(pid, SIGINT);
-      });
+  const Child c =
+      run_binary({"trace-synth", "--shape", "olmoe", "--tokens", "300000", "-o", out.string()}, s,
+                 {}, 60, [&](pid_t pid) {
+                   // Wait until the staging folder has data, then interrupt.
+                   for (int i = 0; i < 2000; ++i) {
+                     bool started = false;
+                     for (const auto& e : fs::directory_iterator(s.dir()))
+                       if (e.path().filename().string().rfind("synth.partial-", 0) == 0)
+                         started = true;
+                     if (started) break;
+                     std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                   }
+                   std::this_thread::sleep_for(std::chrono::milliseconds(300));
+                   kill(pid, SIGINT);
+                 });
   EXPECT_EQ(c.exit_status, 130) << c.err;
   EXPECT_THAT(c.err, HasSubstr("interrupted"));
   EXPECT_FALSE(fs::exists(out)) << "an interrupted trace must not appear under its name";
   for (const auto& e : fs::directory_iterator(s.dir()))
     EXPECT_EQ(e.path().filename().string().find(".partial-"), std::string::npos)
         << "staging left behind: " << e.path();
+}
+
+// The commands that compute (run, bench, kl, ...) stop at their next forward pass on the first
+// SIGINT or SIGTERM, with 130: a generation asked for 150,000 tokens ends long before them.
+TEST(Reliability, InterruptStopsAGenerationAtTheNextToken) {
+  for (const int sig : {SIGINT, SIGTERM}) {
+    Scratch s;
+    const Child c =
+        run_binary({"run", "-m", oracle_gguf().string(), "-p", "hello", "-n", "150000",
+                    "--ignore-eos", "-c", "200000"},
+                   s, {}, 120, [&](pid_t pid) {
+                     // Once tokens stream (text on stdout), one signal.
+                     for (int i = 0; i < 2000 && fs::file_size(s / "child.out") < 64; ++i)
+                       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                     kill(pid, sig);
+                   });
+    EXPECT_EQ(c.signal, 0) << "killed by signal " << c.signal;
+    EXPECT_EQ(c.exit_status, 130) << "signal " << sig << ": " << c.err;
+    EXPECT_THAT(c.err, HasSubstr("interrupted"));
+    EXPECT_LT(c.seconds, 30) << "signal " << sig;
+  }
 }
 
 }  // namespace

@@ -201,6 +201,14 @@ TEST(Server, PerRequestPolicyIsUsedAndReported) {
            {{"prompt", "x"}, {"steermoe", {{"policy", "psr:lambda=0.3"}, {"cache", 3}}}}, &status);
   EXPECT_EQ(status, 400) << dump(bad);
   EXPECT_EQ(bad["error"]["param"], "steermoe");
+  // So is the physical: demonstration mode where the server's link copies nothing (it was a 500:
+  // the engine failed at the first routed layer).
+  const json physical =
+      post(r, "/v1/completions",
+           {{"prompt", "x"}, {"steermoe", {{"policy", "physical:psr:lambda=0.3"}, {"cache", 32}}}},
+           &status);
+  EXPECT_EQ(status, 400) << dump(physical);
+  EXPECT_EQ(physical["error"]["param"], "steermoe");
 }
 
 // --draft: greedy requests decode speculatively (the shipped pair, PSR with the logical caches
@@ -211,13 +219,16 @@ TEST(Server, DraftGivesThePlainGreedyText) {
   const auto target = model::Model::load(models / "steer-olmoe-small");
   const auto drafter_model = model::Model::load(models / "steer-drafter-small");
   const auto tok = tokenizer::Tokenizer::load(models / "steer-olmoe-small");
-  schedule::OffloadRequest req{.policy = "psr:lambda=0.3,n=1", .cache = 32, .spec_select = "rollback"};
+  schedule::OffloadRequest req{
+      .policy = "psr:lambda=0.3,n=1", .cache = 32, .spec_select = "rollback"};
   req.calibration_source = (models / "steer-olmoe-small" / "calib.smcal").string();
-  req.calibration = std::make_shared<const policy::Calibration>(trace::read_calibration(req.calibration_source));
+  req.calibration =
+      std::make_shared<const policy::Calibration>(trace::read_calibration(req.calibration_source));
   ServerOptions o;
   o.model_name = "steer-olmoe-small";
   o.worker.engine = {.context = 256, .offload = engine::resolve_offload(*target, req)};
-  engine::Engine drafter(*drafter_model, {.context = 256, .offload = engine::resolve_offload(*drafter_model, {})});
+  engine::Engine drafter(*drafter_model,
+                         {.context = 256, .offload = engine::resolve_offload(*drafter_model, {})});
   const json body = {{"prompt", "def read_config(path):"}, {"max_tokens", 40}, {"temperature", 0}};
   std::string plain_text;
   {
