@@ -6,6 +6,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
+#include "common/error.hpp"
 #include "common/json_input.hpp"
 #include "trace/calibrate.hpp"
 #include "trace/calibration_file.hpp"
@@ -37,6 +38,11 @@ void add_calibrate_command(CLI::App& root) {
       ->check(NonNegative);
   cmd->final_callback([options] {
     const trace::Trace input = trace::Trace::open(options->trace_dir);
+    // The report's C is checked before the work: it must be a cache the trace's layers can have.
+    const int experts = input.meta().experts;
+    if (options->cache > experts)
+      fail("--cache", "value", "expected at most the trace's {} experts per layer, found {}",
+           experts, options->cache);
     if (input.meta().policy)
       std::fprintf(
           stderr,

@@ -325,16 +325,19 @@ std::string bench_table(std::span<const BenchResult> results) {
       extra = fmt::format(" + {:.2f} block + {:.2f} restore; tau {:.2f}",
                           avg(b, &BenchRound::block_copies), avg(b, &BenchRound::restore_copies),
                           avg(b, &BenchRound::tau));
+    // One round has no interval: say so rather than print a zero-width one.
+    const std::string interval = m.size() >= 2
+                                     ? fmt::format("[{:.3f}, {:.3f}]", mi.ci_low, mi.ci_high)
+                                     : std::string("[n/a: 1 round]");
     out += fmt::format(
-        "| {} | {:.3f} [{:.3f}, {:.3f}] | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, "
+        "| {} | {:.3f} {} | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, "
         "{:.2f}){} "
         "| "
         "{:.3f} | {:.4f} ({:.2f}%) |\n",
-        b.config.name, mean, m.size() >= 2 ? mi.ci_low : mean, m.size() >= 2 ? mi.ci_high : mean,
-        avg(b, &BenchRound::p50_ms), avg(b, &BenchRound::p99_ms), speedup,
-        avg(b, &BenchRound::demand), avg(b, &BenchRound::prefetch), avg(b, &BenchRound::late),
-        avg(b, &BenchRound::unused), extra, avg(b, &BenchRound::stall_ms), host,
-        mean > 0 ? 100.0 * host / mean : 0.0);
+        b.config.name, mean, interval, avg(b, &BenchRound::p50_ms), avg(b, &BenchRound::p99_ms),
+        speedup, avg(b, &BenchRound::demand), avg(b, &BenchRound::prefetch),
+        avg(b, &BenchRound::late), avg(b, &BenchRound::unused), extra,
+        avg(b, &BenchRound::stall_ms), host, mean > 0 ? 100.0 * host / mean : 0.0);
   }
   return out;
 }

@@ -162,10 +162,12 @@ std::optional<HeadResult> apply_fields(Request& out) {
   for (const auto& [name, value] : out.fields) {
     if (name == "content-length") {
       for (std::string_view v : elements(value)) {
-        if (v.empty() || v.size() > 18 ||
+        if (v.empty() ||
             !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; })) {
           return error(400, "Content-Length must be a decimal number");
         }
+        // A decimal beyond 18 digits is beyond any body limit (and uint64): too large, not bad.
+        if (v.size() > 18) return error(413, "the request body is too large");
         const uint64_t n = std::stoull(std::string(v));
         if (length && *length != n) return error(400, "conflicting Content-Length values");
         length = n;

@@ -180,6 +180,17 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
   EXPECT_EQ(t.status, 1) << t.output;
   EXPECT_NE(t.output.find(bad.string() + ": chat_template"), std::string::npos) << t.output;
   fs::remove(bad);
+  // calibrate's report cache: at most the trace's experts per layer.
+  const fs::path trace = fs::temp_directory_path() / "steermoe_cli_calibrate_trace";
+  fs::remove_all(trace);
+  ASSERT_EQ(run_cli("trace-synth --shape olmoe --tokens 16 -o " + trace.string()).status, 0);
+  const auto c = run_cli("calibrate --trace " + trace.string() + " -o " +
+                         (trace.string() + ".smcal") + " --cache 1000");
+  EXPECT_EQ(c.status, 1) << c.output;
+  EXPECT_NE(c.output.find("--cache: value: expected at most the trace's 64 experts"),
+            std::string::npos)
+      << c.output;
+  fs::remove_all(trace);
 }
 
 // `kl --draft`: teacher-forced speculative decoding. Under `rollback` the committed positions'

@@ -454,6 +454,9 @@ TEST(HttpParser, HeadsAndTheirFraming) {
   EXPECT_EQ(status("GET / HTTP/1.1\r\nHost: h\rX: 1\r\n\r\n"), 400);  // bare CR
   EXPECT_EQ(status("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: -1\r\n\r\n"), 400);
   EXPECT_EQ(status("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 3, 4\r\n\r\n"), 400);
+  // A length no body limit admits, even past 64 bits: too large, not malformed.
+  EXPECT_EQ(status("POST / HTTP/1.1\r\nHost: h\r\nContent-Length: 99999999999999999999999\r\n\r\n"),
+            413);
   EXPECT_EQ(status("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunked\r\n\r\n"), 501);
   EXPECT_EQ(status("POST / HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked, gzip\r\n\r\n"), 400);
   EXPECT_EQ(status("POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n"), 400);
