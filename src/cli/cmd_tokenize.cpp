@@ -22,18 +22,26 @@ std::string read_file(const std::string& path) {
   return read_input_file(path, "a text file");
 }
 
-// "1,2,3", "1 2 3" or "[1, 2, 3]".
+// "1,2,3", "1 2 3" or "[1, 2, 3]"; "[]" is no ids. An empty text, or an empty item between two
+// commas ("1,,2": a lost id?), is refused rather than read as fewer ids.
 std::vector<tokenizer::TokenId> parse_ids(const std::string& text) {
   std::vector<tokenizer::TokenId> ids;
   size_t pos = 0;
   const auto is_separator = [](char c) {
-    return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '[' || c == ']';
+    return c == ',' || c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '[' || c == ']';
   };
+  bool comma = false;  // a comma since the last id
   while (pos < text.size()) {
     if (is_separator(text[pos])) {
+      if (text[pos] == ',') {
+        if (comma || ids.empty())
+          fail("--ids", "token id", "expected an id before each comma, found \"{}\"", text);
+        comma = true;
+      }
       ++pos;
       continue;
     }
+    comma = false;
     size_t end = pos;
     while (end < text.size() && !is_separator(text[end])) ++end;
     const std::string item = text.substr(pos, end - pos);
@@ -50,6 +58,8 @@ std::vector<tokenizer::TokenId> parse_ids(const std::string& text) {
     ids.push_back(static_cast<tokenizer::TokenId>(value));
     pos = end;
   }
+  if (ids.empty() && text.find('[') == std::string::npos)
+    fail("--ids", "token id", "expected token ids (or [] for none), found \"{}\"", text);
   return ids;
 }
 

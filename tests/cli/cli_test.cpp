@@ -193,6 +193,23 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
   fs::remove_all(trace);
 }
 
+// detokenize --ids: commas, spaces or a JSON array; "[]" is no ids; a lost id ("1,,2", ",1") or
+// no ids at all ("") is refused rather than read as fewer tokens.
+TEST(CliTokenize, IdListsAreReadWholeOrRefused) {
+  const std::string base = "detokenize -m " + kSmall.string() + " --ids ";
+  const std::string abc = run_cli(base + "'1,2,3'").output;
+  EXPECT_FALSE(abc.empty());
+  EXPECT_EQ(run_cli(base + "'[1, 2, 3]'").output, abc);
+  EXPECT_EQ(run_cli(base + "'1 2 3'").output, abc);
+  const auto none = run_cli(base + "'[]'");
+  EXPECT_EQ(none.status, 0) << none.output;
+  for (const char* bad : {"'1,,2'", "',1'", "''", "'  '"}) {
+    const auto r = run_cli(base + bad);
+    EXPECT_EQ(r.status, 1) << bad << ": " << r.output;
+    EXPECT_NE(r.output.find("--ids"), std::string::npos) << bad << ": " << r.output;
+  }
+}
+
 // `kl --draft`: teacher-forced speculative decoding. Under `rollback` the committed positions'
 // logits are plain PSR's, so the KL to exact routing is AR PSR's; under `exact` verification of
 // exact routing it is zero; the rows report tokens per verification and copies by kind.
