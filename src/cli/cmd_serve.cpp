@@ -77,8 +77,9 @@ void add_serve_command(CLI::App& root) {
                   "before they are read (413)")
       ->check(CLI::Range(1, 1024));
   cmd->add_option("--max-buffered-mb", o->max_buffered_mb,
-                  "Request bodies held in memory at once, all clients together, in MiB (at "
-                  "least --max-body-mb); a body that would exceed it: 503 + Retry-After")
+                  "Request bodies held in memory at once, all clients together, in MiB (raised "
+                  "to --max-body-mb when smaller); a body that would exceed it: 503 + "
+                  "Retry-After")
       ->check(CLI::Range(1, 65536));
   cmd->add_option("--timeout", s.read_timeout_s,
                   "Seconds for a request's whole head (from its first byte; late: 408 and "
