@@ -731,8 +731,9 @@ void add_bench_command(CLI::App& root) {
                   "JSON records each round's probe, and with --predict each round is also "
                   "simulated with the link its probe measured and the profile's compute scaled "
                   "to the floor row's mean over the run (compute_scale), so that a disk and a "
-                  "machine whose speed drift are predicted in the state the run found them (0: "
-                  "off)")
+                  "machine whose speed drift are predicted in the state the run found them, "
+                  "split into stall and compute, and again with the link 10% slower and faster "
+                  "(0: off)")
       ->check(CLI::Range(0, 1 << 16))
       ->capture_default_str();
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
