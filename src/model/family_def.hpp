@@ -199,7 +199,12 @@ void bind_gqa_attention(WeightBinder& b, const ModelConfig& c, int layer, LayerW
 
 // Writer helpers for the families' produce hooks (weights_sources.cpp).
 bool slot_is_gguf(const TensorSlot& s);  // blk.*, token_embd, output* (HF: model.*, lm_head)
-void write_rows(const kernels::Matrix& mat, const std::vector<uint64_t>& rows, OutputFile& out);
+// Rows `rows` of `mat` in that order, each row's columns in the order `columns` (empty: as
+// stored), written as `dtype`: the stored bytes where that changes nothing (same dtype, rows or
+// whole blocks moved), else each row dequantized, rearranged and encoded (a quantized or FP8
+// source, another dtype asked for, columns that split a block).
+void write_rows(const kernels::Matrix& mat, std::span<const uint64_t> rows, DType dtype,
+                const std::string& name, OutputFile& out, std::span<const uint64_t> columns = {});
 void write_f32_as(const std::vector<float>& v, DType dtype, const std::string& name,
                   OutputFile& out);
 

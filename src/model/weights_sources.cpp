@@ -183,11 +183,47 @@ bool slot_is_gguf(const TensorSlot& s) {
   return s.name.rfind("model.", 0) != 0 && s.name.rfind("lm_head", 0) != 0;
 }
 
-void write_rows(const kernels::Matrix& mat, const std::vector<uint64_t>& rows, OutputFile& out) {
+void write_rows(const kernels::Matrix& mat, std::span<const uint64_t> rows, DType dtype,
+                const std::string& name, OutputFile& out, std::span<const uint64_t> columns) {
   SM_ASSERT(mat.row_stride == 0 || mat.row_stride == mat.cols);
-  const uint64_t row_bytes = mat.cols * element_size(mat.dtype);
+  SM_ASSERT(columns.empty() || columns.size() == mat.cols);
+  const uint64_t row_bytes = kernels::row_bytes(mat.dtype, mat.cols);
   const auto* base = static_cast<const std::byte*>(mat.data);
-  for (uint64_t r : rows) out.write(base + r * row_bytes, row_bytes);
+  // The stored bytes: rows moved whole, or columns moved in whole blocks (FP8's per-block scales
+  // live beside the matrix, so it is always re-encoded).
+  const bool same = to_model_dtype(mat.dtype) == dtype && mat.dtype != kernels::DType::kF8E4M3;
+  const uint64_t block = kernels::dtype_block_elements(mat.dtype);
+  bool whole_blocks = same;
+  for (size_t j = 0; whole_blocks && j < columns.size(); j += block) {
+    whole_blocks = columns[j] % block == 0;
+    for (uint64_t i = 1; whole_blocks && i < block; ++i)
+      whole_blocks = j + i < columns.size() && columns[j + i] == columns[j] + i;
+  }
+  if (whole_blocks) {
+    const uint64_t block_bytes = kernels::row_bytes(mat.dtype, block);
+    std::vector<std::byte> row(row_bytes);
+    for (const uint64_t r : rows) {
+      const std::byte* src = base + r * row_bytes;
+      if (columns.empty()) {
+        out.write(src, row_bytes);
+        continue;
+      }
+      for (size_t j = 0; j < columns.size(); j += block)
+        std::memcpy(&row[j / block * block_bytes], src + columns[j] / block * block_bytes,
+                    block_bytes);
+      out.write(row.data(), row.size());
+    }
+    return;
+  }
+  std::vector<float> values(mat.cols), moved(columns.empty() ? 0 : mat.cols);
+  std::vector<std::byte> bytes(*dtype_byte_size(dtype, mat.cols));
+  for (const uint64_t r : rows) {
+    kernels::dequantize_row(mat, r, values.data());
+    if (!columns.empty())
+      for (size_t j = 0; j < columns.size(); ++j) moved[j] = values[columns[j]];
+    convert_from_f32(dtype, columns.empty() ? values : moved, bytes, name);
+    out.write(bytes);
+  }
 }
 
 void write_f32_as(const std::vector<float>& v, DType dtype, const std::string& name,

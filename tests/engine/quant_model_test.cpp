@@ -18,6 +18,7 @@
 
 #include "common/error.hpp"
 #include "engine/engine.hpp"
+#include "kernels/kernels.hpp"
 #include "model/expert_ranges.hpp"
 #include "model/gguf.hpp"
 #include "model/safetensors.hpp"
@@ -216,6 +217,75 @@ TEST(Convert, QuantizedGgufToHfDequantizesAndSaysSo) {
   EXPECT_EQ(t2.dtype, model::DType::kQ4_K);
   ASSERT_EQ(t1.nbytes, t2.nbytes);
   EXPECT_EQ(std::memcmp(t1.data, t2.data, t1.nbytes), 0);
+}
+
+// Largest logit difference relative to the largest logit of `a`.
+double max_relative_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, mag = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    diff = std::max(diff, static_cast<double>(std::fabs(a[i] - b[i])));
+    mag = std::max(mag, static_cast<double>(std::fabs(a[i])));
+  }
+  return diff / mag;
+}
+
+// Every tensor of `a` against the same-named one of `b`, as f32 values: equal.
+void expect_same_values(const fs::path& a, const fs::path& b) {
+  const model::GgufFile fa = model::GgufFile::open(a), fb = model::GgufFile::open(b);
+  for (const auto& info : fa.tensor_infos()) {
+    const std::vector<float> va = fa.tensor(info.name).to_f32(), vb = fb.tensor(info.name).to_f32();
+    EXPECT_EQ(va, vb) << info.name;
+  }
+}
+
+// The Gated DeltaNet models store some projections otherwise than bound (value heads in the
+// file's order, Qwen3-Next's fused rows): those slots are written by the family, and must honour
+// the dtype asked for like every other slot. They were copied in the source's dtype whatever was
+// asked: `convert --dtype f16` labelled BF16 bits F16 (garbage logits), `quantize` failed on its
+// byte count, and a quantized source aborted on an assertion. Compared on f32 activations (the
+// bf16 kernel path rounds them for BF16 weights only, which this small random hybrid amplifies
+// to ~5% of the logits).
+TEST(Convert, GatedDeltaNetProjectionsTakeTheDtypeAskedFor) {
+  const kernels::Isa isa = kernels::active_isa();
+  if (isa == kernels::Isa::kAvx512Bf16) kernels::set_active_isa(kernels::Isa::kAvx512);
+  for (const char* arch : {"qwen35moe", "qwen3next"}) {
+    SCOPED_TRACE(arch);
+    const std::string a(arch);
+    const fs::path src = temp(a + "_src.gguf");
+    ASSERT_EQ(run_cli("make-model --arch " + a + " --shape " + a + "-small --random --dtype bf16 " +
+                      "-o " + src.string()),
+              0);
+    const std::vector<float> reference = decode_logits(src);
+    // F32 holds the BF16 values exactly: the same logits; in HF (another head order, so
+    // another summation order) within rounding.
+    const fs::path f32 = temp(a + "_f32.gguf"), f32_hf = temp(a + "_f32_hf");
+    ASSERT_EQ(run_cli("convert -m " + src.string() + " -o " + f32.string() + " --dtype f32"), 0);
+    ASSERT_EQ(run_cli("convert -m " + src.string() + " -o " + f32_hf.string() + " --dtype f32"), 0);
+    expect_same_values(src, f32);
+    EXPECT_EQ(decode_logits(f32), reference);
+    EXPECT_LT(max_relative_diff(reference, decode_logits(f32_hf)), 1e-5);
+    // F16 too, but for the few values below its normal range.
+    const fs::path f16 = temp(a + "_f16.gguf");
+    ASSERT_EQ(run_cli("convert -m " + src.string() + " -o " + f16.string() + " --dtype f16"), 0);
+    EXPECT_LT(weight_error(src, f16), 1e-3);
+    // Quantized: every matrix within Q8_0's error, and it runs.
+    const fs::path q8 = temp(a + "_q8.gguf");
+    ASSERT_EQ(run_cli("quantize -m " + src.string() + " --type q8_0 -o " + q8.string()), 0);
+    EXPECT_EQ(model::GgufFile::open(q8).tensor("blk.0.attn_qkv.weight").dtype, model::DType::kQ8_0);
+    EXPECT_LT(weight_error(src, q8), 0.01);
+    const std::vector<float> quantized = decode_logits(q8);
+    // A quantized source: dequantized exactly (f32 GGUF, HF), or kept (whole blocks moved).
+    const fs::path q8_f32 = temp(a + "_q8_f32.gguf"), q8_hf = temp(a + "_q8_hf"),
+                   kept = temp(a + "_q8_kept.gguf");
+    ASSERT_EQ(run_cli("convert -m " + q8.string() + " -o " + q8_f32.string() + " --dtype f32"), 0);
+    ASSERT_EQ(run_cli("convert -m " + q8.string() + " -o " + q8_hf.string()), 0);
+    ASSERT_EQ(run_cli("convert -m " + q8.string() + " -o " + kept.string()), 0);
+    expect_same_values(q8, q8_f32);
+    EXPECT_LT(max_relative_diff(decode_logits(q8_f32), decode_logits(q8_hf)), 1e-5);
+    EXPECT_EQ(decode_logits(kept), quantized);
+  }
+  kernels::set_active_isa(isa);
 }
 
 std::vector<char> file_bytes(const fs::path& p) {

@@ -248,8 +248,8 @@ constexpr std::string_view kSmallShapes[] = {"qwen35moe-small", "qwen3next-small
 
 // Qwen3-Next's interleaved in_proj_qkvz (qkvz) or in_proj_ba from the bound matrices (value
 // heads grouped on both sides).
-void write_fused(const LinearAttnWeights& la, const LinearAttnConfig& a, bool qkvz,
-                 OutputFile& out) {
+void write_fused(const LinearAttnWeights& la, const LinearAttnConfig& a, bool qkvz, DType dtype,
+                 const std::string& name, OutputFile& out) {
   SM_ASSERT(!a.v_heads_tiled);
   const FusedRows f = qwen3next_fused_rows(a);
   const std::vector<uint64_t>& first = qkvz ? f.qkv : f.b;
@@ -259,7 +259,7 @@ void write_fused(const LinearAttnWeights& la, const LinearAttnConfig& a, bool qk
   std::vector<std::pair<const kernels::Matrix*, uint64_t>> src(first.size() + second.size());
   for (size_t i = 0; i < first.size(); ++i) src[first[i]] = {&m1, i};
   for (size_t i = 0; i < second.size(); ++i) src[second[i]] = {&m2, i};
-  for (const auto& [mat, row] : src) write_rows(*mat, {row}, out);
+  for (const auto& [mat, row] : src) write_rows(*mat, {&row, 1}, dtype, name, out);
 }
 
 // The conv weights, channels in the slot's value-head order.
@@ -292,20 +292,17 @@ std::vector<float> head_vector(const Model& m, const TensorSlot& s) {
 }
 
 // out_proj, its columns in value-head blocks of the slot's order.
-void write_out_columns(const Model& m, const TensorSlot& s, OutputFile& out) {
+void write_out_columns(const Model& m, const TensorSlot& s, DType dtype, OutputFile& out) {
   const kernels::Matrix& o = m.layer(s.layer).linear.out;
   const auto hv = static_cast<uint64_t>(m.config().linear.v_head_dim);
   const auto nv = static_cast<uint64_t>(m.config().linear.v_heads);
-  const uint64_t es = kernels::dtype_size(o.dtype);
-  const auto* base = static_cast<const std::byte*>(o.data);
-  std::vector<std::byte> row(o.cols * es);
-  for (uint64_t r = 0; r < o.rows; ++r) {
-    for (uint64_t t = 0; t < nv; ++t) {
-      const uint64_t h = source_v_head(m, s, t);
-      std::memcpy(&row[t * hv * es], base + (r * o.cols + h * hv) * es, hv * es);
-    }
-    out.write(row.data(), row.size());
+  std::vector<uint64_t> columns(nv * hv), rows(o.rows);
+  for (uint64_t t = 0; t < nv; ++t) {
+    const uint64_t h = source_v_head(m, s, t);
+    for (uint64_t j = 0; j < hv; ++j) columns[t * hv + j] = h * hv + j;
   }
+  for (uint64_t r = 0; r < o.rows; ++r) rows[r] = r;
+  write_rows(o, rows, dtype, s.name, out, columns);
 }
 
 class Hybrid final : public FamilyDef {
@@ -501,20 +498,20 @@ class Hybrid final : public FamilyDef {
         norm_out(w.k_norm);
         return true;
       case Role::kLinQkv:
-        write_rows(la.qkv, v_rows(m, s, 2 * kd, hv), out);
+        write_rows(la.qkv, v_rows(m, s, 2 * kd, hv), dtype, s.name, out);
         return true;
       case Role::kLinZ:
-        write_rows(la.z, v_rows(m, s, 0, hv), out);
+        write_rows(la.z, v_rows(m, s, 0, hv), dtype, s.name, out);
         return true;
       case Role::kLinB:
-        write_rows(la.b, v_rows(m, s, 0, 1), out);
+        write_rows(la.b, v_rows(m, s, 0, 1), dtype, s.name, out);
         return true;
       case Role::kLinA:
-        write_rows(la.a, v_rows(m, s, 0, 1), out);
+        write_rows(la.a, v_rows(m, s, 0, 1), dtype, s.name, out);
         return true;
       case Role::kLinQkvz:
       case Role::kLinBa:
-        write_fused(la, a, s.role == Role::kLinQkvz, out);
+        write_fused(la, a, s.role == Role::kLinQkvz, dtype, s.name, out);
         return true;
       case Role::kLinConv:
         write_f32_as(conv_rows(m, s), dtype, s.name, out);
@@ -527,7 +524,7 @@ class Hybrid final : public FamilyDef {
         write_f32_as(std::vector<float>(la.norm.begin(), la.norm.end()), dtype, s.name, out);
         return true;
       case Role::kLinOut:
-        write_out_columns(m, s, out);
+        write_out_columns(m, s, dtype, out);
         return true;
       case Role::kSharedExpGate:
         write_f32_as(std::vector<float>(w.shared_gate.begin(), w.shared_gate.end()), dtype, s.name,
