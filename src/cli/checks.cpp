@@ -1,9 +1,24 @@
 #include "cli/checks.hpp"
 
 #include "common/error.hpp"
+#include "common/output_file.hpp"
 #include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
+
+void write_json_report(const std::string& path, const std::string& json_text) {
+  if (path.empty()) return;
+  if (path == "-") {
+    std::fwrite(json_text.data(), 1, json_text.size(), stdout);
+    check_stdout();
+    return;
+  }
+  write_file_atomic(path, json_text);  // complete or absent
+}
+
+FILE* table_stream(const std::string& json_path) {
+  return json_path == "-" ? stderr : stdout;
+}
 
 tokenizer::Tokenizer load_tokenizer_for(const std::string& model_path, const model::Model& model) {
   tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(model_path);

@@ -3,6 +3,7 @@
 // (or trace's) shape. Every message names the file that does not fit.
 #pragma once
 
+#include <cstdio>
 #include <string>
 
 #include "model/weights.hpp"
@@ -20,6 +21,11 @@ policy::Calibration load_calibration_for(const std::string& path, const model::M
 // Same against an explicit shape (a trace's); `against` names it in the message.
 policy::Calibration load_calibration_for(const std::string& path, int layers, int experts,
                                          int top_k, int vocab, const std::string& against);
+
+// A command's JSON report: to stdout for "-" (the command then writes its table to stderr:
+// table_stream), else complete under `path` or not at all.
+void write_json_report(const std::string& path, const std::string& json_text);
+FILE* table_stream(const std::string& json_path);
 
 // Commands that only make sense with routed experts (trace, bench, kl) refuse a dense model
 // (a Qwen3 without MoE layers) up front: "model X has no MoE layers ...".

@@ -17,6 +17,7 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "cli/speculative.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/json_input.hpp"
@@ -616,7 +617,7 @@ void run_bench_cli(const BenchCli& o) {
             "\n");
     std::fprintf(stderr, "profile: wrote %s\n", o.profile_out.c_str());
   }
-  std::printf("%s", eval::bench_table(results).c_str());
+  std::fprintf(table_stream(o.json), "%s", eval::bench_table(results).c_str());
   std::fprintf(stderr, "bench: %s\n", memory_report(budget).c_str());
   if (!o.json.empty()) {
     const nlohmann::json header{{"model", o.model},
@@ -673,7 +674,7 @@ void run_bench_cli(const BenchCli& o) {
         }
       }
     }
-    write_file_atomic(o.json, dump_json(doc, 1) + "\n");  // complete or absent
+    write_json_report(o.json, dump_json(doc, 1) + "\n");
   }
 }
 
@@ -714,7 +715,10 @@ void add_bench_command(CLI::App& root) {
   cmd->add_option("--prompts", o->prompts, "With --generate: a file of prompts, one per line");
   cmd->add_flag("--no-floor", o->no_floor, "Leave out the all-experts-resident floor row");
   cmd->add_flag("--token-ms", o->token_ms, "Keep every token's latency in the JSON (for CDFs)");
-  cmd->add_option("--json", o->json, "Write the raw per-round figures (steermoe.bench/1) here");
+  cmd->add_option("--json", o->json,
+                  "Write the raw per-round figures (steermoe.bench/1) here ('-' = stdout, the "
+                  "table then on stderr)")
+      ->check(WritablePath);
   cmd->add_option("--scores-from", o->scores_from,
                   "Route by a trace's router and pre-gate scores (layers mapped cyclically; "
                   "tokens and windows from the trace; --calib = the trace model's calibration)");
@@ -758,6 +762,7 @@ void add_profile_command(CLI::App& root) {
   cmd->add_option("-m,--model", o->model, "Model: a .gguf file or a HuggingFace folder")
       ->required();
   cmd->add_option("-o,--output", o->profile_out, "Profile to write (.json, data/profiles format)")
+      ->check(WritablePath)
       ->required();
   cmd->add_option("-f,--file", o->file, "Text file the windows are taken from");
   cmd->add_option("--scores-from", o->scores_from,

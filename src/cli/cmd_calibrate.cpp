@@ -29,7 +29,9 @@ void add_calibrate_command(CLI::App& root) {
   cmd->add_option("--trace", options->trace_dir,
                   "Trace folder (meta.json, tokens.npy, scores.npy, ...)")
       ->required();
-  cmd->add_option("-o,--output", options->output, "Calibration file to write (.smcal)")->required();
+  cmd->add_option("-o,--output", options->output, "Calibration file to write (.smcal)")
+      ->check(WritablePath)
+      ->required();
   cmd->add_option("--cache", options->cache,
                   "Cache slots C: only for reporting the warm set's coverage (0 = no report)")
       ->check(NonNegative);

@@ -9,9 +9,10 @@
 #include <vector>
 
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
-#include "common/output_file.hpp"
 #include "common/json_input.hpp"
+#include "common/output_file.hpp"
 #include "eval/compare.hpp"
 
 namespace steermoe::cli {
@@ -106,7 +107,8 @@ void add_compare_command(CLI::App& root) {
                   "Sign-flip test: random sign vectors when n > 20 (at least 100000)")
       ->check(CLI::Range(int64_t{100000}, int64_t{1} << 40));
   cmd->add_option("--seed", o->options.seed, "Sign-flip test: seed of the random sign vectors");
-  cmd->add_option("--json", o->json, "Write the JSON rows to this file ('-' = stdout)");
+  cmd->add_option("--json", o->json, "Write the JSON rows to this file ('-' = stdout)")
+      ->check(WritablePath);
   cmd->final_callback([o] { run_compare(*o); });
 }
 

@@ -13,6 +13,7 @@
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
 #include "cli/speculative.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/json_input.hpp"
@@ -50,7 +51,9 @@ void add_kl_command(CLI::App& root) {
   cmd->add_option("--max-windows", o->max_windows, "Score at most this many windows (0: all)")
       ->check(CLI::Range(0, 1 << 30));
   cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
-  cmd->add_option("--json", o->json, "Write the rows (steermoe.kl/1) here");
+  cmd->add_option("--json", o->json,
+                  "Write the rows (steermoe.kl/1) here ('-' = stdout, the table then on stderr)")
+      ->check(WritablePath);
   add_engine_options(cmd, o->engine, /*with_policy=*/false);
   // Teacher forced: the committed tokens are the text's, drafts accepted while they match it.
   add_speculative_options(cmd, o->spec);
@@ -102,14 +105,14 @@ void add_kl_command(CLI::App& root) {
                                                                .draft_k = o->spec.draft_k,
                                                                .counterfactual = o->counterfactual},
                                                               progress);
-    std::printf("%s", eval::kl_table(rows).c_str());
+    std::fprintf(table_stream(o->json), "%s", eval::kl_table(rows).c_str());
     if (!o->json.empty()) {
       nlohmann::json doc = eval::kl_json(rows);
       doc["model"] = o->model;
       doc["file"] = o->file;
       doc["window_len"] = o->window_len;
       doc["calibration"] = calib_path;
-      write_file_atomic(o->json, dump_json(doc, 1) + "\n");  // complete or absent
+      write_json_report(o->json, dump_json(doc, 1) + "\n");
     }
   });
 }

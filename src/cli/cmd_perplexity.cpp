@@ -13,6 +13,7 @@
 #include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "cli/engine_options.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
 #include "common/json_input.hpp"
@@ -61,7 +62,8 @@ void add_perplexity_command(CLI::App& root) {
   add_engine_options(cmd, o->engine);
   cmd->add_option("--scores", o->scores,
                   "Also write per-window mean NLL as JSON lines {task: \"nll\", id: begin, score} "
-                  "(input of `steermoe compare --scores`)");
+                  "(input of `steermoe compare --scores`)")
+      ->check(WritablePath);
   cmd->add_option("--scores-task", o->scores_task, "Task name written in the --scores lines");
   cmd->final_callback([o] {
     auto model = model::Model::load(o->model);

@@ -6,7 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
+#include "cli/validators.hpp"
 #include "common/error.hpp"
 #include "common/json_input.hpp"
 #include "common/output_file.hpp"
@@ -43,7 +45,10 @@ void add_replay_command(CLI::App& root) {
   cmd->add_option("--decisions", options->decisions,
                   "Write the decisions as JSON lines (one per step and layer; each policy's block "
                   "ends with its summary line)");
-  cmd->add_option("--json", options->json, "Also write the summaries (a JSON array) to this file");
+  cmd->add_option("--json", options->json,
+                  "Also write the summaries (a JSON array) to this file ('-' = stdout, in place "
+                  "of the summary lines)")
+      ->check(WritablePath);
   cmd->final_callback([options] {
     const trace::Trace input = trace::Trace::open(options->trace_dir);
     const policy::Calibration calibration = trace::read_calibration(options->calib);
@@ -61,15 +66,13 @@ void add_replay_command(CLI::App& root) {
                                   .decisions = options->decisions.empty() ? nullptr : &decisions};
       summaries.push_back(trace::replay_trace(input, calibration, replay));
       all.push_back(summaries.back().to_json());
-      std::printf("%s\n", dump_json(all.back()).c_str());
+      if (options->json != "-") std::printf("%s\n", dump_json(all.back()).c_str());
     }
     if (!options->decisions.empty()) {
       decisions.close();
       if (!decisions) fail(options->decisions, "write", "could not write the decisions file");
     }
-    if (!options->json.empty()) {
-      write_file_atomic(options->json, dump_json(all, 2) + "\n");  // complete or absent
-    }
+    write_json_report(options->json, dump_json(all, 2) + "\n");
     std::fprintf(stderr, "%s", trace::summary_table(summaries).c_str());
     for (const trace::ReplaySummary& s : summaries)
       if (s.loop == "open") {

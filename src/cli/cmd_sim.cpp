@@ -332,11 +332,13 @@ void add_sim_command(CLI::App& root) {
                   "bandwidth / channels (0 = keep)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--json", o->json,
-                  "Write the JSON report to this file ('-' = stdout, table then on stderr)");
-  cmd->add_option(
-      "--latencies", o->latencies,
-      "Write per-token latencies (CSV: policy (quoted),max_inflight,step,ms,copies,prefetch_issue) "
-      "for CDFs");
+                  "Write the JSON report to this file ('-' = stdout, table then on stderr)")
+      ->check(WritablePath);
+  cmd->add_option("--latencies", o->latencies,
+                  "Write per-token latencies (CSV: policy "
+                  "(quoted),max_inflight,step,ms,copies,prefetch_issue) "
+                  "for CDFs")
+      ->check(WritablePath);
   cmd->final_callback([o] { run_sim(*o); });
 }
 

@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "common/progress.hpp"
@@ -79,6 +80,21 @@ void harden(CLI::App& app) {
 
 const CLI::Validator NonNegative = number_at_least(0.0, false, "NONNEGATIVE");
 const CLI::Validator Positive = number_at_least(0.0, true, "POSITIVE");
+const CLI::Validator WritablePath(
+    [](std::string& input) -> std::string {
+      if (input == "-") return {};
+      const std::filesystem::path path(input);
+      std::error_code ec;
+      if (std::filesystem::is_directory(path, ec))
+        return "expected a file to write, found the folder " + input;
+      const std::filesystem::path parent = path.parent_path();
+      if (!parent.empty() && !std::filesystem::is_directory(parent, ec))
+        return "expected an existing folder for " + input + ": " + parent.string() +
+               " does not exist";
+      return {};
+    },
+    "", "OUTPUT");
+
 const CLI::Validator Fraction(
     [](std::string& input) -> std::string {
       double v = 0;

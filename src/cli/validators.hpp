@@ -16,6 +16,10 @@ extern const CLI::Validator NonNegative;
 extern const CLI::Validator Positive;
 // A number in (0, 1] (fractions where 0 would mean nothing, or "not given").
 extern const CLI::Validator Fraction;
+// An output file the command will write at its end: its folder must exist and the path must
+// not be a folder, checked when the command line is read, not after hours of work. "-" (stdout)
+// passes; the commands that take it say so.
+extern const CLI::Validator WritablePath;
 
 void harden_options(CLI::App& root);
 

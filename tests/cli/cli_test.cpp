@@ -326,6 +326,30 @@ void expect_write_failure(const std::string& args, const std::string& named,
   EXPECT_TRUE(S_ISCHR(st.st_mode)) << dev << " was replaced by the command";
 }
 
+// A report file in a folder that does not exist is refused when the command line is read, not
+// after the work; "--json -" writes the JSON alone on stdout (the table goes to stderr) in every
+// command that writes JSON.
+TEST(CliOutput, ReportPathsAreCheckedFirstAndDashIsStdout) {
+  const std::string m =
+      " -m " + kSmall.string() + " -f " +
+      (fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "eval.txt").string();
+  const std::string missing = (fs::temp_directory_path() / "no_such_folder" / "r.json").string();
+  const std::string kl = "kl" + m +
+                         " --residency 0.5 --policy psr:lambda=0.3,n=1 --max-windows 1 " +
+                         "--window-len 32";
+  const std::string bench =
+      "bench" + m + " --policy exact:evict=lru --windows 1 --window-len 8 " + "--rounds 1";
+  for (const std::string& cmd : {kl, bench}) {
+    const auto r = run_cli(cmd + " --json " + missing);
+    EXPECT_EQ(r.status, 1) << r.output;
+    EXPECT_NE(r.output.find("no_such_folder does not exist"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("ms/token"), std::string::npos) << "worked first: " << r.output;
+    // Only stdout reaches the pipe: it must be the JSON document and nothing else.
+    const auto json = run_cli(cmd + " --json - 2>/dev/null | cat");
+    EXPECT_NO_THROW(parse_json_or_throw(json.output)) << cmd << "\n" << json.output;
+  }
+}
+
 TEST(CliOutput, EveryOutputPathReportsAFailedWrite) {
   const std::string dev = full_device().string();
   const fs::path text = fs::path(STEERMOE_SOURCE_DIR) / "data" / "text" / "heldout.txt";
