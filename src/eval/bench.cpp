@@ -326,9 +326,11 @@ std::string bench_table(std::span<const BenchResult> results) {
                           avg(b, &BenchRound::block_copies), avg(b, &BenchRound::restore_copies),
                           avg(b, &BenchRound::tau));
     // One round has no interval: say so rather than print a zero-width one.
-    const std::string interval = m.size() >= 2
-                                     ? fmt::format("[{:.3f}, {:.3f}]", mi.ci_low, mi.ci_high)
-                                     : std::string("[n/a: 1 round]");
+    // Latency is never negative: a t-interval over 2-3 spread rounds can reach below 0, which
+    // is impossible, so the interval stops at 0 (its coverage only grows).
+    const std::string interval =
+        m.size() >= 2 ? fmt::format("[{:.3f}, {:.3f}]", std::max(mi.ci_low, 0.0), mi.ci_high)
+                      : std::string("[n/a: 1 round]");
     out += fmt::format(
         "| {} | {:.3f} {} | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, "
         "{:.2f}){} "

@@ -123,7 +123,9 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
     // are correlated. Windows are weighted equally (all but the last have the same length).
     const MeanInterval mi = mean_t_interval(acc[c].window_kl);
     r.kl_mean = mi.mean;
-    r.kl_ci_low = mi.ci_low;
+    // KL is never negative: a t-interval over few, spread windows can reach below 0; the part
+    // below is impossible, so the interval stops at 0 (its coverage only grows).
+    r.kl_ci_low = std::max(mi.ci_low, 0.0);
     r.kl_ci_high = mi.ci_high;
     r.perplexity = std::exp(acc[c].nll / static_cast<double>(scored));
     r.exact_perplexity = std::exp(exact_nll / static_cast<double>(scored));

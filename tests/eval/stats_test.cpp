@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../json_test_util.hpp"
+#include "eval/bench.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::eval {
@@ -158,6 +159,30 @@ TEST(Stats, MeanOverTasksMatchesScipyNormal) {
     EXPECT_TRUE(close(m.ci_low, c["ci_low"], 1e-12));
     EXPECT_TRUE(close(m.ci_high, c["ci_high"], 1e-12));
   }
+}
+
+}  // namespace
+}  // namespace steermoe::eval
+
+namespace steermoe::eval {
+namespace {
+
+// bench's table: a latency interval stops at 0 (two spread rounds give a t-interval reaching far
+// below it), and one round has no interval at all.
+TEST(BenchTable, LatencyIntervalsStopAtZeroAndOneRoundHasNone) {
+  BenchResult spread;
+  spread.config.name = "spread";
+  spread.rounds.resize(2);
+  spread.rounds[0].mean_ms = 1.0;
+  spread.rounds[1].mean_ms = 10.0;  // mean 5.5, t-interval [-51.7, 62.7]
+  BenchResult single;
+  single.config.name = "single";
+  single.rounds.resize(1);
+  single.rounds[0].mean_ms = 3.0;
+  const BenchResult rows[] = {spread, single};
+  const std::string table = bench_table(rows);
+  EXPECT_NE(table.find("| spread | 5.500 [0.000, 62."), std::string::npos) << table;
+  EXPECT_NE(table.find("| single | 3.000 [n/a: 1 round]"), std::string::npos) << table;
 }
 
 }  // namespace
