@@ -1,10 +1,20 @@
 #include "cli/checks.hpp"
 
 #include "common/error.hpp"
+#include "common/input_file.hpp"
 #include "common/output_file.hpp"
+#include "tokenizer/byte_level.hpp"
 #include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
+
+std::string read_text_file(const std::string& path) {
+  std::string text = read_input_file(path, "a text file");
+  if (const auto bad = tokenizer::find_invalid_utf8(text))
+    fail(path, "encoding", "expected valid UTF-8 text, found invalid byte 0x{:02x} at offset {}",
+         static_cast<unsigned char>(text[*bad]), *bad);
+  return text;
+}
 
 void write_json_report(const std::string& path, const std::string& json_text) {
   if (path.empty()) return;

@@ -22,6 +22,10 @@ policy::Calibration load_calibration_for(const std::string& path, const model::M
 policy::Calibration load_calibration_for(const std::string& path, int layers, int experts,
                                          int top_k, int vocab, const std::string& against);
 
+// A text file the command tokenizes (regular file, bounded size), checked to be UTF-8 here so
+// that an error names the file: "<path>: encoding: expected valid UTF-8 ... at offset N".
+std::string read_text_file(const std::string& path);
+
 // A command's JSON report: to stdout for "-" (the command then writes its table to stderr:
 // table_stream), else complete under `path` or not at all.
 void write_json_report(const std::string& path, const std::string& json_text);

@@ -40,7 +40,7 @@ namespace steermoe::cli {
 namespace {
 
 std::string read_text(const std::string& path) {
-  return read_input_file(path, "a text file");  // regular files only, bounded size
+  return read_text_file(path);  // regular files only, bounded size
 }
 
 // Consecutive, non-overlapping windows of `len` tokens from the start of `ids` (at most

@@ -66,8 +66,7 @@ void add_kl_command(CLI::App& root) {
     require_moe_layers(o->model, model->config(), "kl");
     const model::ModelConfig& cfg = model->config();
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
-    const std::vector<int32_t> ids =
-        tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});
+    const std::vector<int32_t> ids = tok.encode(read_text_file(o->file), {.parse_special = false});
     // Output never depends on the link, so every configuration runs with experts resident.
     schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
     request.link = "resident";

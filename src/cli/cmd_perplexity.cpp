@@ -30,7 +30,7 @@ namespace {
 
 std::string read_text(const std::string& path) {
   // Regular files only (a directory or FIFO is refused at once); bounded size.
-  return read_input_file(path, "a text file");
+  return read_text_file(path);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/checks.hpp"
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "common/input_file.hpp"
@@ -19,7 +20,7 @@ namespace {
 
 std::string read_file(const std::string& path) {
   // A directory, FIFO or device is refused (never tokenized to [] or waited on).
-  return read_input_file(path, "a text file");
+  return read_text_file(path);
 }
 
 // "1,2,3", "1 2 3" or "[1, 2, 3]"; "[]" is no ids. An empty text, or an empty item between two

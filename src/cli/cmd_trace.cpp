@@ -51,8 +51,7 @@ void add_trace_command(CLI::App& root) {
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "trace");
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
-    std::vector<int32_t> ids =
-        tok.encode(read_input_file(o->file, "a text file"), {.parse_special = false});
+    std::vector<int32_t> ids = tok.encode(read_text_file(o->file), {.parse_special = false});
     if (o->max_tokens > 0 && ids.size() > static_cast<size_t>(o->max_tokens)) {
       ids.resize(static_cast<size_t>(o->max_tokens));
     }

@@ -193,6 +193,25 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
   fs::remove_all(trace);
 }
 
+// A text file that is not UTF-8 is named in the error of every command that reads one.
+TEST(CliErrors, ATextFileThatIsNotUtf8IsNamed) {
+  const fs::path bad = fs::temp_directory_path() / "steermoe_cli_not_utf8.txt";
+  std::ofstream(bad, std::ios::binary) << "ab\xff"
+                                       << "cd";
+  const std::string m = " -m " + kSmall.string();
+  for (const std::string& cmd :
+       {"tokenize" + m + " --file " + bad.string(), "perplexity" + m + " -f " + bad.string(),
+        "kl" + m + " -f " + bad.string() + " --policy exact:evict=lru",
+        "trace" + m + " -f " + bad.string() + " -o " + (bad.string() + ".trace")}) {
+    const auto r = run_cli(cmd);
+    EXPECT_EQ(r.status, 1) << cmd << ": " << r.output;
+    EXPECT_NE(r.output.find(bad.string() + ": encoding: expected valid UTF-8 text"),
+              std::string::npos)
+        << cmd << ": " << r.output;
+  }
+  fs::remove(bad);
+}
+
 // detokenize --ids: commas, spaces or a JSON array; "[]" is no ids; a lost id ("1,,2", ",1") or
 // no ids at all ("") is refused rather than read as fewer tokens.
 TEST(CliTokenize, IdListsAreReadWholeOrRefused) {
