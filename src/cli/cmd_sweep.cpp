@@ -7,18 +7,24 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.hpp"
 #include "cli/validators.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "common/json_input.hpp"
 #include "common/output_file.hpp"
 #include "eval/grid.hpp"
@@ -42,7 +48,10 @@ struct SweepCli {
   bool token_ms = false, no_bench = false, no_kl = false;
 };
 
-// Runs argv[0..] and waits; throws naming the command on a non-zero exit.
+// Runs argv[0..] and waits; throws naming the command on a non-zero exit. Ctrl-C: a signal to
+// this process alone is passed on to the point running and stops the sweep (130); a point that
+// itself stopped on one (a terminal's Ctrl-C reaches the whole process group) stops it too,
+// rather than reading as a failed point. Finished points stay: a rerun resumes.
 void run_process(const std::vector<std::string>& args) {
   std::vector<char*> argv;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
@@ -55,7 +64,21 @@ void run_process(const std::vector<std::string>& args) {
     _exit(127);
   }
   int status = 0;
-  waitpid(pid, &status, 0);
+  bool forwarded = false;
+  for (;;) {
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR)
+      fail("sweep", "wait", "lost {} ({})", args[0], std::strerror(errno));
+    if (interrupt_requested() && !forwarded) {
+      kill(pid, SIGINT);
+      forwarded = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (forwarded || (WIFEXITED(status) && WEXITSTATUS(status) == kInterruptExitStatus) ||
+      (WIFSIGNALED(status) && (WTERMSIG(status) == SIGINT || WTERMSIG(status) == SIGTERM)))
+    throw Interrupted();
   if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
     std::string cmd;
     for (const std::string& a : args) cmd += (cmd.empty() ? "" : " ") + a;
@@ -147,6 +170,7 @@ void run_sweep(const SweepCli& o) {
       policies.size() * cache_args.size() * (2 - o.no_bench - o.no_kl) + (o.no_bench ? 0 : 1);
   size_t done = 0, skipped = 0;
   auto step = [&](const fs::path& file, const std::string& what, std::vector<std::string> args) {
+    check_interrupt();
     ++done;
     if (fs::exists(file)) {
       ++skipped;

@@ -35,7 +35,8 @@ namespace fs = std::filesystem;
 using testing::HasSubstr;
 using testing::Not;
 
-const fs::path kOracle = fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "oracle";
+const fs::path kSource = fs::path(STEERMOE_SOURCE_DIR);
+const fs::path kOracle = kSource / "tests" / "data" / "oracle";
 
 struct Child {
   int exit_status = -1;  // WEXITSTATUS, -1 if killed by a signal
@@ -501,6 +502,51 @@ TEST(Reliability, InterruptStopsAGenerationAtTheNextToken) {
     EXPECT_THAT(c.err, HasSubstr("interrupted"));
     EXPECT_LT(c.seconds, 30) << "signal " << sig;
   }
+}
+
+// sweep runs each point as a child process: SIGINT to the sweep alone is passed on and stops it
+// with 130 (it was ignored: every point still ran), and the finished points are kept, so a
+// rerun resumes from them.
+TEST(Reliability, InterruptStopsASweepWhichThenResumes) {
+  Scratch s;
+  const fs::path out = s / "sweep";
+  const std::vector<std::string> args = {"sweep",
+                                         "-m",
+                                         (kSource / "models" / "steer-olmoe-tiny").string(),
+                                         "-f",
+                                         (kSource / "data" / "text" / "eval.txt").string(),
+                                         "--grid",
+                                         "psr:lambda=0.1|0.2|0.3|0.4|0.5|0.6,n=1",
+                                         "--cache",
+                                         "32,16",
+                                         "--no-bench",
+                                         "--window-len",
+                                         "24",
+                                         "--max-windows",
+                                         "2",
+                                         "--plot",
+                                         "none",
+                                         "-o",
+                                         out.string()};
+  const Child c = run_binary(args, s, {}, 120, [&](pid_t pid) {
+    // Once the first point is in, interrupt the sweep process only.
+    for (int i = 0; i < 4000; ++i) {
+      bool one = false;
+      std::error_code ec;
+      for (const auto& e : fs::directory_iterator(out / "points", ec))
+        one = one || e.path().string().ends_with(".kl.json");
+      if (one) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    kill(pid, SIGINT);
+  });
+  EXPECT_EQ(c.exit_status, 130) << c.err;
+  EXPECT_THAT(c.err, HasSubstr("interrupted"));
+  EXPECT_THAT(c.err, Not(HasSubstr("[12/12]")));
+  const Child again = run_binary(args, s, {}, 300);
+  EXPECT_EQ(again.exit_status, 0) << again.err;
+  EXPECT_THAT(again.err, HasSubstr("done earlier"));
+  EXPECT_TRUE(fs::exists(out / "kl.json"));
 }
 
 }  // namespace
