@@ -24,6 +24,7 @@
 #include "common/machine.hpp"
 #include "common/memory_limit.hpp"
 #include "common/output_file.hpp"
+#include "common/progress.hpp"
 #include "engine/link_probe.hpp"
 #include "engine/memory_plan.hpp"
 #include "eval/bench.hpp"
@@ -481,9 +482,11 @@ void run_bench_cli(const BenchCli& o) {
     p.score_source = supplied.get();
     return std::make_unique<engine::Engine>(*model, p);
   };
-  const auto progress = [](int64_t done, int64_t total) {
-    std::fprintf(stderr, "bench: %lld/%lld (round x configuration) done\n",
-                 static_cast<long long>(done), static_cast<long long>(total));
+  // Rate and ETA on stderr (quiet with -q / STEERMOE_QUIET=1); Ctrl-C checked there too.
+  Progress bench_progress("bench", 0, "rounds x configurations");
+  const auto progress = [&bench_progress](int64_t done, int64_t total) {
+    bench_progress.set_total(total);
+    bench_progress.advance(done - bench_progress.done());
   };
   const std::vector<eval::BenchResult> results =
       eval::run_bench(configs, make, sequences,

@@ -18,6 +18,7 @@
 #include "common/input_file.hpp"
 #include "common/json_input.hpp"
 #include "common/output_file.hpp"
+#include "common/progress.hpp"
 #include "eval/kl.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -86,10 +87,11 @@ void add_kl_command(CLI::App& root) {
           engine_params(o->engine, resolve_policy(request, p, *model), o->threads, o->window_len)));
       pointers.push_back(engines.back().get());
     }
-    const auto progress = [](int64_t done, int64_t total) {
-      if (done == total || done % 10 == 0)
-        std::fprintf(stderr, "kl: %lld/%lld windows\n", static_cast<long long>(done),
-                     static_cast<long long>(total));
+    // Rate and ETA on stderr (quiet with -q / STEERMOE_QUIET=1); Ctrl-C checked there too.
+    Progress kl_progress("kl", 0, "windows");
+    const auto progress = [&kl_progress](int64_t done, int64_t total) {
+      kl_progress.set_total(total);
+      kl_progress.advance(done - kl_progress.done());
     };
     if (o->counterfactual && o->spec.draft.empty())
       fail("kl", "--counterfactual", "expected --draft MODEL with a block rule (--spec-select)");

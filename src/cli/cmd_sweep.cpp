@@ -27,6 +27,7 @@
 #include "common/interrupt.hpp"
 #include "common/json_input.hpp"
 #include "common/output_file.hpp"
+#include "common/progress.hpp"
 #include "eval/grid.hpp"
 
 namespace steermoe::cli {
@@ -154,6 +155,7 @@ void run_sweep(const SweepCli& o) {
 
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::vector<std::string> common{"-m", o.model, "-t", std::to_string(o.threads)};
+  if (progress_quiet()) common.push_back("-q");  // the points are quiet too
   std::vector<std::string> engine{"--link",
                                   o.link,
                                   "--max-inflight",
@@ -174,11 +176,12 @@ void run_sweep(const SweepCli& o) {
     ++done;
     if (fs::exists(file)) {
       ++skipped;
-      std::fprintf(stderr, "sweep: [%zu/%zu] %s: done earlier (%s)\n", done, total, what.c_str(),
-                   file.filename().c_str());
+      if (!progress_quiet())
+        std::fprintf(stderr, "sweep: [%zu/%zu] %s: done earlier (%s)\n", done, total, what.c_str(),
+                     file.filename().c_str());
       return;
     }
-    std::fprintf(stderr, "sweep: [%zu/%zu] %s\n", done, total, what.c_str());
+    if (!progress_quiet()) std::fprintf(stderr, "sweep: [%zu/%zu] %s\n", done, total, what.c_str());
     const fs::path tmp = file.string() + ".part";
     args.insert(args.end(), {"--json", tmp.string()});
     run_process(args);

@@ -82,6 +82,21 @@ TEST(Sweep, RunsEveryPointMergesAndResumes) {
 // --prefetch-pacing / --prefetch-issue / --moe-wait reach every point's bench (its JSON header
 // records them), the merged bench.json names them, and a rerun at a default is refused naming the
 // option.
+// -q: no per-point lines, from the sweep or from its points (they get -q too).
+TEST(Sweep, QuietPrintsNoProgress) {
+  const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_quiet";
+  fs::remove_all(dir);
+  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
+  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const auto run = testing::run_cli("sweep -q -m " + model + " -f " + text +
+                                    " --grid psr:lambda=0.3,n=1 --cache 16 --rounds 1 --windows 1"
+                                    " --window-len 16 --max-windows 1 --plot none -o " +
+                                    dir.string());
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_EQ(run.output.find("sweep: ["), std::string::npos) << run.output;
+  EXPECT_TRUE(fs::exists(dir / "kl.json"));
+}
+
 TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_modes";
   fs::remove_all(dir);
