@@ -347,7 +347,22 @@ void run_bench_cli(const BenchCli& o) {
   std::vector<eval::BenchConfig> configs;
   std::vector<schedule::OffloadConfig> offloads;
   for (const std::string& p : o.policies) {
-    offloads.push_back(resolve_policy(request, p, *model));
+    if (supplied && o.engine.calib.empty()) {
+      // The generic message would say none was found beside the model, which may well have
+      // one: with --scores-from it does not apply (the routing is the trace model's).
+      try {
+        offloads.push_back(resolve_policy(request, p, *model));
+      } catch (const Error& e) {
+        if (std::string_view(e.what()).find("needs a calibration") == std::string_view::npos) throw;
+        fail("--calib", "calibration",
+             "policy '{}' needs the calibration of the model the trace --scores-from {} was "
+             "recorded with (its routing scores are that model's, so {}'s own does not apply): "
+             "give --calib FILE.smcal",
+             p, o.scores_from, o.model);
+      }
+    } else {
+      offloads.push_back(resolve_policy(request, p, *model));
+    }
     check_fits(budget, *model, offloads.back(), context);
     const int cache = offloads.back().cache_slots;
     const std::string drafting =

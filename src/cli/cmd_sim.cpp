@@ -146,6 +146,8 @@ std::string markdown(const std::vector<Row>& rows, int layers) {
 
 void run_sim(const SimOptionsCli& o) {
   const trace::Trace input = trace::Trace::open(o.trace_dir);
+  if (input.steps() == 0)
+    fail(o.trace_dir, "steps", "expected a trace with at least one routed step, found none");
   const policy::Calibration calibration =
       load_calibration_for(o.calib, input.meta().layers, input.meta().experts, input.meta().top_k,
                            input.meta().vocab, "the trace " + o.trace_dir + "'s");

@@ -8,6 +8,11 @@
 namespace steermoe::trace {
 
 policy::Calibration calibrate_trace(const Trace& trace, int vocab) {
+  // A calibration of nothing (zero score range, an arbitrary warm set) would make every policy
+  // that reads it route like exact routing, silently.
+  if (trace.steps() == 0)
+    fail(trace.dir().string(), "steps",
+         "expected at least one routed step to calibrate on, found none");
   if (vocab <= 0) vocab = trace.meta().vocab;
   if (vocab <= 0) {
     int32_t max_token = -1;

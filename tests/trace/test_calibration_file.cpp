@@ -45,6 +45,26 @@ std::vector<std::pair<int, int>> row_of(const policy::Calibration& c, int layer,
   return out;
 }
 
+// A trace of no steps has nothing to calibrate on: an error naming the folder, not a calibration
+// that makes every policy route like exact routing.
+TEST(Calibrate, ATraceWithoutStepsIsRefused) {
+  ScratchDir dir;
+  TraceMeta meta;
+  meta.layers = 2;
+  meta.experts = 4;
+  meta.top_k = 2;
+  meta.vocab = 3;
+  TraceWriter writer(dir.path(), meta, false);
+  writer.close();
+  try {
+    calibrate_trace(Trace::open(dir.path()));
+    ADD_FAILURE() << "calibrated an empty trace";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(dir.path().string() + ": steps"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Calibrate, HandComputedWarmOrderRangesAndPrior) {
   ScratchDir dir;
   write_hand_trace(dir.path());
