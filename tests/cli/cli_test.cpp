@@ -193,6 +193,30 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
   fs::remove_all(trace);
 }
 
+// bench --scores-from replays another model's routing: that model's calibration is needed, and
+// the error says so rather than "none found beside" a model that has its own.
+TEST(CliBench, ScoresFromNeedsTheTraceModelsCalibration) {
+  const fs::path tiny = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-tiny";
+  const fs::path trace = fs::temp_directory_path() / "steermoe_cli_scores_from";
+  fs::remove_all(trace);
+  ASSERT_EQ(run_cli("trace -m " + tiny.string() + " -f " +
+                    (fs::path(STEERMOE_SOURCE_DIR) / "data" / "text" / "eval.txt").string() +
+                    " --window 16 --max-tokens 32 -o " + trace.string())
+                .status,
+            0);
+  const std::string bench = "bench -m " + kSmall.string() + " --scores-from " + trace.string() +
+                            " --policy psr:lambda=0.3,n=1 --cache 16 --windows 1 --window-len 16 "
+                            "--rounds 1 --no-floor";
+  const auto missing = run_cli(bench);
+  EXPECT_EQ(missing.status, 1) << missing.output;
+  EXPECT_NE(missing.output.find("needs the calibration of the model the trace --scores-from"),
+            std::string::npos)
+      << missing.output;
+  const auto given = run_cli(bench + " --calib " + (tiny / "calib.smcal").string());
+  EXPECT_EQ(given.status, 0) << given.output;
+  fs::remove_all(trace);
+}
+
 // A text file that is not UTF-8 is named in the error of every command that reads one.
 TEST(CliErrors, ATextFileThatIsNotUtf8IsNamed) {
   const fs::path bad = fs::temp_directory_path() / "steermoe_cli_not_utf8.txt";
