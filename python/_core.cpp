@@ -6,6 +6,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <cmath>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -237,7 +238,14 @@ class Step {
     if (a.size() != want || (a.ndim() == 2 && a.shape(1) != spec_.experts) || a.ndim() > 2)
       throw Error(fmt::format("{}: shape: expected {} x {} float32 scores, found ndim {} size {}",
                               what, rows, spec_.experts, a.ndim(), a.size()));
-    return {a.data(), static_cast<size_t>(want)};
+    // A NaN or inf would rank arbitrarily and weigh NaN: refused, as the CLI refuses it in traces.
+    const float* data = a.data();
+    for (py::ssize_t i = 0; i < want; ++i) {
+      if (!std::isfinite(data[i]))
+        throw Error(fmt::format("{}: value: expected finite scores, found {} at row {}, expert {}",
+                                what, data[i], i / spec_.experts, i % spec_.experts));
+    }
+    return {data, static_cast<size_t>(want)};
   }
   void check_layer(int layer) const {
     if (layer < 0 || layer >= spec_.layers)
@@ -312,6 +320,13 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init([](int experts, int top_k, int layers, const std::string& mode, int n_group,
                        int topk_group, bool norm_topk_prob, float routed_scaling_factor,
                        int default_window) {
+             if (experts < 1 || top_k < 1 || top_k > experts || layers < 0 || n_group < 1 ||
+                 topk_group < 1 || topk_group > n_group || experts % n_group != 0)
+               throw Error(fmt::format(
+                   "RouterSpec: expected experts >= 1, 1 <= top_k <= experts, layers >= 0, "
+                   "n_group >= 1 dividing experts and 1 <= topk_group <= n_group; found experts "
+                   "{}, top_k {}, layers {}, n_group {}, topk_group {}",
+                   experts, top_k, layers, n_group, topk_group));
              policy::RouterSpec s;
              s.experts = experts;
              s.top_k = top_k;

@@ -125,6 +125,15 @@ def main():
         check(np.array_equal(back.tokens, trace.tokens), "round trip tokens")
         check(np.array_equal(back.sequence_starts, trace.sequence_starts), "round trip sequences")
         print("ok trace round trip")
+        # A NaN score is refused when appended, not after the trace is written.
+        try:
+            with steermoe.TraceWriter(Path(tmp) / "nan", meta) as w:
+                bad = np.array(trace.scores[0], copy=True)
+                bad.flat[5] = np.nan
+                w.append_step(int(trace.tokens[0]), bad, trace.pregate[0])
+            check(False, "NaN score appended")
+        except steermoe.Error as e:
+            check("finite" in str(e), f"NaN score: message {e}")
 
     # Errors are steermoe.Error (a ValueError) with the key named, never a crash.
     for bad_policy, needle in [("psr:lambda=0.3,bogus=1", "bogus"), ("nonesuch", "nonesuch"),
@@ -143,7 +152,14 @@ def main():
                                                      np.zeros((1, 64), np.float32)), ">= 1"),
                          (lambda: router.run_token(1, np.zeros((3, 64), np.float32)), "16"),
                          (lambda: steermoe.Step(trace.router_spec(), "psr:lambda=0.3", calib, 4),
-                          "")]:
+                          ""),
+                         # Non-finite scores would rank arbitrarily and weigh NaN.
+                         (lambda: router.run_token(1, np.full((16, 64), np.nan, np.float32)),
+                          "finite"),
+                         (lambda: router.route_layer(0, one, np.full((1, 64), np.inf, np.float32)),
+                          "finite"),
+                         (lambda: steermoe.RouterSpec(experts=-4, top_k=2, layers=2), "experts"),
+                         (lambda: steermoe.RouterSpec(experts=8, top_k=9, layers=2), "top_k")]:
         try:
             call()
             check(False, f"no error ({needle})")

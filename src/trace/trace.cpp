@@ -147,7 +147,8 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
   meta.window = static_cast<int>(get_int(object, "window", where, 1, meta.experts, 0));
   meta.vocab = static_cast<int>(get_int(object, "vocab", where, 0, INT32_MAX, 0));
   if (const auto it = object.find("policy"); it != object.end() && !it->is_null()) {
-    if (!it->is_string()) fail(where, "policy", "expected a policy string, found {}", json_excerpt(*it));
+    if (!it->is_string())
+      fail(where, "policy", "expected a policy string, found {}", json_excerpt(*it));
     meta.policy = it->get<std::string>();
   }
   if (object.contains("cache_slots"))
@@ -256,9 +257,8 @@ Trace Trace::open(const std::filesystem::path& dir, const TraceOpenOptions& opti
            "expected a trace folder (meta.json, tokens.npy, scores.npy, pregate.npy)");
     if (!std::filesystem::exists(meta_path, ec))
       fail(meta_path.string(), "open", "expected the trace's meta.json (cannot read it)");
-    trace.meta_ = parse_trace_meta(read_input_file(meta_path, "the trace's meta.json",
-                                                   kMaxJsonFileBytes),
-                                   meta_path.string());
+    trace.meta_ = parse_trace_meta(
+        read_input_file(meta_path, "the trace's meta.json", kMaxJsonFileBytes), meta_path.string());
   }
   const TraceMeta& meta = trace.meta_;
   const NpyArray tokens = NpyArray::open(dir / meta.tokens_file, {DType::kI32, DType::kI64});
@@ -320,6 +320,16 @@ void TraceWriter::append_step(int32_t token, std::span<const float> scores,
   SM_ASSERT(scores.size() == row && pregate.size() == row);
   SM_ASSERT(token >= 0);
   SM_ASSERT(with_weights_ ? weights_scores.size() == row : weights_scores.empty());
+  // Trace::open refuses a non-finite score: refuse it here, where the step is known, rather than
+  // write a trace nothing can read.
+  for (const std::span<const float> rows : {scores, pregate, weights_scores}) {
+    for (size_t i = 0; i < rows.size(); ++i) {
+      if (!std::isfinite(rows[i]))
+        fail(staged_.final_path().string(), "scores",
+             "expected finite scores, found {} at step {}, layer {}, expert {}", rows[i], steps_,
+             i / static_cast<size_t>(meta_.experts), i % static_cast<size_t>(meta_.experts));
+    }
+  }
   if (sequence_starts_.empty()) sequence_starts_.push_back(0);
   tokens_.append(std::span<const int32_t>(&token, 1));
   scores_.append(scores);
