@@ -79,6 +79,7 @@ void add_perplexity_command(CLI::App& root) {
     // window actually used (eval::perplexity sizes its logits the same way), checked first.
     const int used_window = static_cast<int>(
         std::min<size_t>(static_cast<size_t>(o->window), ids.size() + (bos >= 0 ? 1 : 0)));
+    warn_past_trained_context(model->config(), used_window, "--window");
     check_allocation("perplexity", "--window",
                      saturating_mul(static_cast<uint64_t>(used_window),
                                     static_cast<uint64_t>(model->config().vocab) * 4),

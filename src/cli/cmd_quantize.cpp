@@ -1,5 +1,7 @@
 // `steermoe quantize`: writes a model as a GGUF of quantized weights (a plain type or a _M
 // mixture; rules in model/quant_mix.cpp, quantizers in quant/quantize.cpp), with the tokenizer.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -59,13 +61,25 @@ void add_quantize_command(CLI::App& root) {
     const model::ModelConfig& c = model->config();
     std::vector<std::string> notes;
     uint64_t in_bytes = 0, out_bytes = 0;
+    std::string requantized;  // the first tensor stored quantized already
     for (const model::TensorSlot& s : model::tensor_layout(c, model::WeightFormat::kGguf)) {
       std::string note;
       const model::DType dt = model::choose_quant_dtype(*scheme, c, s, &note);
       if (!note.empty()) notes.push_back(note);
-      in_bytes += *model::dtype_byte_size(model::stored_dtype(*model, s), s.elements());
+      const model::DType stored = model::stored_dtype(*model, s);
+      if (requantized.empty() && model::dtype_is_quantized(stored))
+        requantized = fmt::format("{} ({})", s.name, model::dtype_name(stored));
+      in_bytes += *model::dtype_byte_size(stored, s.elements());
       out_bytes += *model::dtype_byte_size(dt, s.elements());
     }
+    // llama-quantize refuses this without --allow-requantize; it works here (from the dequantized
+    // values), so a warning says what it costs.
+    if (!requantized.empty())
+      std::fprintf(stderr,
+                   "quantize: warning: %s holds quantized tensors already (%s, ...): they are "
+                   "re-quantized from their dequantized values, adding both errors; quantize "
+                   "from the BF16 / F32 model instead where you have it\n",
+                   o->model.c_str(), requantized.c_str());
     const model::QuantScheme sch = *scheme;
     model::write_model(c, o->output,
                        model::model_slot_source(

@@ -104,7 +104,8 @@ void add_score_command(CLI::App& root) {
       ids.insert(ids.end(), cont.begin(), cont.end());
       if (static_cast<int>(ids.size()) > engine.context()) {
         fail(o->requests, fmt::format("line {}", lineno),
-             "expected context + continuation within the context of {} tokens, found {} + {}",
+             "expected context + continuation within the context of {} tokens, found {} + {} "
+             "(raise -c, or truncate the context from the left as lm-eval does)",
              engine.context(), ctx.size(), cont.size());
       }
       double sum = 0.0;

@@ -89,12 +89,12 @@ std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o) {
   return MemoryBudget::enter(parse_byte_count(o.mem_limit, "--mem-limit"));
 }
 
-void warn_past_trained_context(const model::ModelConfig& config, int context) {
+void warn_past_trained_context(const model::ModelConfig& config, int context, const char* option) {
   if (config.max_positions > 0 && context > config.max_positions)
     std::fprintf(stderr,
-                 "steermoe: warning: -c %d is beyond the %d positions the model was trained on "
+                 "steermoe: warning: %s %d is beyond the %d positions the model was trained on "
                  "(its max_position_embeddings); output past them may degrade\n",
-                 context, config.max_positions);
+                 option, context, config.max_positions);
 }
 
 void check_fits(const std::optional<MemoryBudget>& budget, const model::Model& model,

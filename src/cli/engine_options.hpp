@@ -63,7 +63,9 @@ std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& options);
 // A warning on stderr when -c asks for more positions than the model was trained on
 // (max_position_embeddings / context_length): decoding goes on, but past them the output may
 // degrade, as llama.cpp warns.
-void warn_past_trained_context(const model::ModelConfig& config, int context);
+// `option`: the flag that set it.
+void warn_past_trained_context(const model::ModelConfig& config, int context,
+                               const char* option = "-c");
 
 // With a budget: throws a clear error when the engine for `offload` at `context` positions
 // cannot fit (engine/memory_plan.hpp), naming the parts and the largest --cache that would.

@@ -144,6 +144,14 @@ TEST(CliRun, AContextBeyondTheTrainedOneWarns) {
   const auto within = run_cli(base + " -c 256");
   EXPECT_EQ(within.status, 0) << within.output;
   EXPECT_EQ(within.output.find("beyond"), std::string::npos) << within.output;
+  // perplexity's windows alike (its default, 512, is past this model's 256).
+  const auto ppl =
+      run_cli("perplexity -m " + kSmall.string() + " -f " +
+              (fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "eval.txt").string() +
+              " --window 300 --max-windows 1");
+  EXPECT_EQ(ppl.status, 0) << ppl.output;
+  EXPECT_NE(ppl.output.find("--window 300 is beyond the 256 positions"), std::string::npos)
+      << ppl.output;
 }
 
 // What the command line did not understand is named: an unknown command, an unknown option
@@ -215,6 +223,26 @@ TEST(CliBench, ScoresFromNeedsTheTraceModelsCalibration) {
   const auto given = run_cli(bench + " --calib " + (tiny / "calib.smcal").string());
   EXPECT_EQ(given.status, 0) << given.output;
   fs::remove_all(trace);
+}
+
+// quantize of a model quantized already works from the dequantized values, and says what that
+// costs (llama-quantize wants --allow-requantize); from BF16 it says nothing of the kind.
+TEST(CliQuantize, RequantizingWarns) {
+  const fs::path dir = fs::temp_directory_path();
+  const fs::path bf16 = dir / "steermoe_cli_rq_bf16.gguf", q8 = dir / "steermoe_cli_rq_q8.gguf",
+                 q4 = dir / "steermoe_cli_rq_q4.gguf";
+  ASSERT_EQ(run_cli("make-model --arch olmoe --shape olmoe-small --random --dtype bf16 -o " +
+                    bf16.string())
+                .status,
+            0);
+  const auto first = run_cli("quantize -m " + bf16.string() + " --type q8_0 -o " + q8.string());
+  ASSERT_EQ(first.status, 0) << first.output;
+  EXPECT_EQ(first.output.find("re-quantized"), std::string::npos) << first.output;
+  const auto again = run_cli("quantize -m " + q8.string() + " --type q4_0 -o " + q4.string());
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("holds quantized tensors already"), std::string::npos)
+      << again.output;
+  for (const fs::path& p : {bf16, q8, q4}) fs::remove(p);
 }
 
 // A text file that is not UTF-8 is named in the error of every command that reads one.
