@@ -210,8 +210,8 @@ struct ReadsBesideCompute {
 // there runs at 1 - slowdown of its speed alone; `reads`: the rates of those reads.
 nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchResult* beside_reads,
                                 const ReadsBesideCompute& reads, const engine::DiskProbe& probe,
-                                const model::ModelConfig& cfg, const std::string& name,
-                                bool compute_without_reads) {
+                                const model::ModelConfig& cfg, const std::string& model_path,
+                                const std::string& name, bool compute_without_reads) {
   double attention = 0, moe = 0, host = 0, stall = 0, token = 0;
   for (const eval::BenchRound& r : b.rounds) {
     attention += r.attention_ms;
@@ -250,7 +250,7 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
                            : "per-layer compute from the link clock's phase times under the "
                              "configuration's own reads")},
           {"model",
-           {{"name", cfg.source},
+           {{"name", model_path},  // as given (cfg.source is an HF folder's config.json)
             {"layers", cfg.moe_layer_count()},
             {"experts", cfg.experts},
             {"top_k", cfg.top_k}}},
@@ -629,7 +629,7 @@ void run_bench_cli(const BenchCli& o) {
         dump_json(
             measured_profile(compute_row ? results.at(*compute_row) : results.front(),
                              reads_row ? &results.at(*reads_row) : nullptr, reads_tally, *probe,
-                             cfg, std::filesystem::path(o.profile_out).stem().string(),
+                             cfg, o.model, std::filesystem::path(o.profile_out).stem().string(),
                              compute_row.has_value()),
             2) +
             "\n");
