@@ -45,7 +45,7 @@ void add_convert_command(CLI::App& root) {
     } catch (const Error& e) {
       std::fprintf(stderr, "convert: no tokenizer copied (%s)\n", e.what());
     }
-    const bool to_gguf = std::filesystem::path(o->output).extension() == ".gguf";
+    const bool to_gguf = model::is_gguf_path(o->output);
     std::vector<std::pair<std::string, model::GgufValue>> extra;
     if (vocab && to_gguf) extra = tokenizer::gguf_metadata(*vocab);
     std::optional<model::DType> forced;

@@ -135,7 +135,7 @@ void add_make_model_command(CLI::App& root) {
         fail("--type", "scheme", "expected one of {}, found '{}'", model::quant_scheme_names(),
              o->type);
       }
-      if (std::filesystem::path(o->output).extension() != ".gguf") {
+      if (!model::is_gguf_path(o->output)) {
         fail("--output", "path",
              "--type writes GGUF block types: expected a path ending in .gguf, "
              "found '{}'",
@@ -148,7 +148,7 @@ void add_make_model_command(CLI::App& root) {
     const model::SlotSource source = model::random_slot_source(dtype_of, o->seed, o->threads);
     const auto t0 = std::chrono::steady_clock::now();
     const std::optional<tokenizer::Vocabulary> vocab = synthetic_vocabulary(c.vocab);
-    const bool to_gguf = std::filesystem::path(o->output).extension() == ".gguf";
+    const bool to_gguf = model::is_gguf_path(o->output);
     std::vector<std::pair<std::string, model::GgufValue>> extra;
     if (vocab && to_gguf) extra = tokenizer::gguf_metadata(*vocab);
     if (to_gguf) {

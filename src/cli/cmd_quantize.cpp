@@ -48,7 +48,7 @@ void add_quantize_command(CLI::App& root) {
       fail("--type", "scheme", "expected one of {}, found '{}'", model::quant_scheme_names(),
            o->type);
     }
-    if (std::filesystem::path(o->output).extension() != ".gguf") {
+    if (!model::is_gguf_path(o->output)) {
       fail("--output", "path", "expected a path ending in .gguf, found '{}'", o->output);
     }
     auto model = model::Model::load(o->model);

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cctype>
 #include <cstring>
 #include <limits>
 
@@ -217,10 +218,10 @@ std::array<GgmlTypeTraits, 33> build_ggml_types() {
       make_traits(0xffffffff, "", 0, 0),  // sentinel, never matched
   }};
   const std::pair<uint32_t, DType> viewable[] = {
-      {0, DType::kF32},  {1, DType::kF16},   {8, DType::kQ8_0},  {2, DType::kQ4_0},
-      {3, DType::kQ4_1}, {6, DType::kQ5_0},  {7, DType::kQ5_1},  {12, DType::kQ4_K},
+      {0, DType::kF32},   {1, DType::kF16},   {8, DType::kQ8_0}, {2, DType::kQ4_0},
+      {3, DType::kQ4_1},  {6, DType::kQ5_0},  {7, DType::kQ5_1}, {12, DType::kQ4_K},
       {13, DType::kQ5_K}, {14, DType::kQ6_K}, {24, DType::kI8},  {25, DType::kI16},
-      {26, DType::kI32}, {27, DType::kI64},  {28, DType::kF64},  {30, DType::kBF16}};
+      {26, DType::kI32},  {27, DType::kI64},  {28, DType::kF64}, {30, DType::kBF16}};
   for (auto& traits : t) {
     for (const auto& [id, dtype] : viewable) {
       if (traits.id == id && !traits.name.empty()) traits.dtype = dtype;
@@ -616,6 +617,12 @@ std::optional<TensorView> GgufFile::find_tensor(std::string_view name) const {
   const GgufTensorInfo* info = find_tensor_info(name);
   if (info == nullptr) return std::nullopt;
   return view_of(*info);
+}
+
+bool is_gguf_path(const std::filesystem::path& path) {
+  std::string ext = path.extension().string();
+  for (char& c : ext) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return ext == ".gguf";
 }
 
 }  // namespace steermoe::model

@@ -255,4 +255,8 @@ class GgufWriter {
   bool finished_ = false;
 };
 
+// Whether a path names a GGUF file (its extension .gguf in any case: "out.GGUF" is one too);
+// every reader and writer decides GGUF against folder through this.
+bool is_gguf_path(const std::filesystem::path& path);
+
 }  // namespace steermoe::model

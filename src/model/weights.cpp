@@ -158,7 +158,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
     m->format_ = WeightFormat::kSafetensors;
     m->config_ = load_hf_config(path / "config.json");
     m->checkpoint_ = std::make_unique<Checkpoint>(Checkpoint::open(path));
-  } else if (path.extension() == ".gguf") {
+  } else if (is_gguf_path(path)) {
     m->format_ = WeightFormat::kGguf;
     m->gguf_ = std::make_unique<GgufFile>(GgufFile::open(path));
     m->config_ = config_from_gguf(*m->gguf_);

@@ -84,8 +84,8 @@ std::vector<TensorSlot> tensor_layout(const ModelConfig& c, WeightFormat format)
       }
     }
     if (c.shared_ffn > 0) {
-      add_swiglu(b, l, "_shexp", def.hf_shared_expert, H, static_cast<U>(c.shared_ffn), Role::kSharedGate, Role::kSharedUp,
-                 Role::kSharedDown);
+      add_swiglu(b, l, "_shexp", def.hf_shared_expert, H, static_cast<U>(c.shared_ffn),
+                 Role::kSharedGate, Role::kSharedUp, Role::kSharedDown);
     }
     if (c.shared_expert_gate) {
       if (b.gguf()) {
@@ -155,7 +155,7 @@ std::vector<std::pair<std::string, GgufValue>> gguf_model_metadata(const ModelCo
 
 void write_model(const ModelConfig& c, const std::filesystem::path& path, const SlotSource& source,
                  const std::vector<std::pair<std::string, GgufValue>>& extra_gguf) {
-  const bool gguf = path.extension() == ".gguf";
+  const bool gguf = is_gguf_path(path);
   const std::vector<TensorSlot> slots =
       tensor_layout(c, gguf ? WeightFormat::kGguf : WeightFormat::kSafetensors);
   auto producer = [&source](const TensorSlot& slot, DType dtype) {

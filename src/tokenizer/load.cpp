@@ -19,7 +19,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   }
   if (!std::filesystem::exists(path, ec))
     fail(path.string(), "path", "expected an existing .gguf file, tokenizer.json or HF folder");
-  if (path.extension() == ".gguf") {
+  if (model::is_gguf_path(path)) {
     const model::GgufFile file = model::GgufFile::open(path);
     return Tokenizer(vocabulary_from_gguf(file));
   }

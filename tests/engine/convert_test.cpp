@@ -139,9 +139,8 @@ TEST(MakeModel, SmallRandomModelsOfEveryFamilyRoundTrip) {
 // Hybrid families: the round trip keeps every matrix bit-identical but not A_log (stored as
 // -exp(A_log) in GGUF) nor the (1 + w) norms' dtype, so logits agree within rounding.
 TEST(MakeModel, SmallHybridModelsRoundTripWithinRounding) {
-  for (const auto& [arch, shape] :
-       std::vector<std::pair<std::string, std::string>>{{"qwen35moe", "qwen35moe-small"},
-                                                        {"qwen3next", "qwen3next-small"}}) {
+  for (const auto& [arch, shape] : std::vector<std::pair<std::string, std::string>>{
+           {"qwen35moe", "qwen35moe-small"}, {"qwen3next", "qwen3next-small"}}) {
     SCOPED_TRACE(shape);
     const fs::path hf = temp(shape + "_hf"), gguf = temp(shape + ".gguf"),
                    back = temp(shape + "_back");
@@ -165,6 +164,18 @@ TEST(MakeModel, SmallHybridModelsRoundTripWithinRounding) {
     EXPECT_LT(diff, 1e-3f * std::max(1.0f, max_abs));
     EXPECT_EQ(run_cli("run -m " + gguf.string() + " -p 'Hello' -n 4"), 0);
   }
+}
+
+// ".GGUF" is a GGUF file in every reader and writer (it made an HF folder of that name).
+TEST(MakeModel, AnUpperCaseGgufExtensionIsAGgufFile) {
+  const fs::path out = fs::temp_directory_path() / "steermoe_upper.GGUF";
+  fs::remove_all(out);
+  ASSERT_EQ(run_cli("make-model --arch olmoe --shape olmoe-small --random --dtype bf16 -o " +
+                    out.string()),
+            0);
+  EXPECT_TRUE(fs::is_regular_file(out));
+  EXPECT_NO_THROW(model::Model::load(out));
+  fs::remove_all(out);
 }
 
 TEST(MakeModel, WritesATokenizerSoRunWorks) {
