@@ -70,6 +70,12 @@ void add_kl_command(CLI::App& root) {
     const std::vector<int32_t> ids = tok.encode(read_text_file(o->file), {.parse_special = false});
     // Output never depends on the link, so every configuration runs with experts resident.
     schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
+    if (request.link != "resident")
+      std::fprintf(stderr,
+                   "kl: note: --link %s is not used: routing and logits are the same on every "
+                   "link, so kl runs with every expert resident; its copies are the policy's "
+                   "logical insertions (bench measures a link)\n",
+                   request.link.c_str());
     request.link = "resident";
     const std::string& calib_path = request.calibration_source;
     schedule::OffloadRequest exact_request = request;

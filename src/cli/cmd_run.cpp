@@ -243,11 +243,15 @@ void add_run_command(CLI::App& root) {
     }
     if (const engine::CacheStats t = engine.cache_stats() - after_prompt; t.tokens > 0) {
       const double n = static_cast<double>(t.tokens);
+      // The three classes split the prefetches the policy emitted (some dropped as stale or
+      // still pending are never copied), not the prefetch copies.
       std::fprintf(stderr,
-                   "copies/token: %.2f demand + %.2f prefetch (in time %.2f, late %.2f, unused "
-                   "%.2f); stall %.2f ms/token, host %.3f ms/token\n",
-                   t.demand / n, t.prefetch / n, t.prefetch_in_time / n, t.prefetch_late / n,
-                   t.prefetch_unused / n, t.stall_s * 1e3 / n, t.host_s * 1e3 / n);
+                   "copies/token: %.2f demand + %.2f prefetch; prefetches emitted %.2f (in time "
+                   "%.2f, late %.2f, unused %.2f; dropped before copying %.2f); stall %.2f "
+                   "ms/token, host %.3f ms/token\n",
+                   t.demand / n, t.prefetch / n, t.prefetch_emitted / n, t.prefetch_in_time / n,
+                   t.prefetch_late / n, t.prefetch_unused / n, t.prefetch_dropped / n,
+                   t.stall_s * 1e3 / n, t.host_s * 1e3 / n);
       if (engine.expert_cache().kind() == engine::LinkKind::kSim) {
         std::fprintf(stderr, "simulated: %.3f ms/token on the profile's clock\n",
                      t.latency_s * 1e3 / n);

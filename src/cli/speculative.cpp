@@ -22,10 +22,11 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
       ->check(CLI::Range(1, 63))
       ->capture_default_str();
   cmd->add_option("--spec-select", o.select,
-                  "Experts of a verification block: policy (each position through the target's "
-                  "--policy and logical cache, as a batched prompt; rejected positions' "
-                  "insertions stay) | rollback (the same, the logical caches taken back to the "
-                  "committed positions: greedy output = plain decoding's under the policy) | "
+                  "Experts of a verification block: rollback (each position through the target's "
+                  "--policy and logical cache, as a batched prompt, the logical caches then taken "
+                  "back to the committed positions: greedy output = plain decoding's under the "
+                  "policy) | policy (the same without taking them back: rejected positions' "
+                  "insertions stay, so under PSR the text may differ from plain decoding's) | "
                   "exact (every position its own top-K) | block (one set per layer from the "
                   "weighted demand, AcceptMoE) | block:conf (drafter confidence weights + top-1 "
                   "rescue); on a link the block rules hold --pool + --union-slots slots per layer")

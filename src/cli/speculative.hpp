@@ -17,9 +17,11 @@
 namespace steermoe::cli {
 
 struct SpecOptions {
-  std::string draft;               // drafter model; empty = no speculative decoding
-  int draft_k = 4;                 // drafts per verification
-  std::string select = "policy";   // --spec-select: policy | exact | block | block:conf
+  std::string draft;  // drafter model; empty = no speculative decoding
+  int draft_k = 4;    // drafts per verification
+  // --spec-select: rollback | policy | exact | block | block:conf. Default rollback: speculative
+  // decoding then changes latency, never the greedy text (as users of llama.cpp and vLLM expect).
+  std::string select = "rollback";
   int pool = 0;                    // P per layer (0: the cache size)
   int union_slots = 0;             // U per layer (0: the cache size)
   bool no_block_prefetch = false;  // --no-block-prefetch

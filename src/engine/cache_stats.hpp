@@ -28,8 +28,10 @@ struct CacheStats {
   int64_t demand = 0;            // demand copies
   int64_t prefetch_emitted = 0;  // prefetch insertions handed to the scheduler
   int64_t prefetch = 0;          // prefetch copies enqueued
+  // The emitted prefetches, split three ways (exclusive; they sum to prefetch_emitted, copied
+  // or not: schedule::TokenStats):
   int64_t prefetch_in_time = 0;  // ... completed before their layer's H ended, expert used
-  int64_t prefetch_late = 0;     // ... used, not complete by then (part of the stall)
+  int64_t prefetch_late = 0;     // ... used, not complete (or not copied) by then
   int64_t prefetch_unused = 0;   // ... expert not selected
   int64_t prefetch_dropped = 0;  // pending prefetches dropped as stale before being copied
   double stall_s = 0;            // waits before M(l)

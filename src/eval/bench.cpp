@@ -300,7 +300,8 @@ std::string bench_table(std::span<const BenchResult> results) {
     }
   std::string out =
       "| configuration | ms/token mean [95% CI over rounds] | p50 | p99 | speed-up vs first | "
-      "copies/token demand + prefetch (late, unused) | stall ms | host ms (% of token) |\n"
+      "copies/token demand + prefetch (late, unused: of the emitted prefetches) | stall ms | "
+      "host ms (% of token) |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const BenchResult& b : results) {
     if (!b.config.unavailable.empty()) {

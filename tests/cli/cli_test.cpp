@@ -98,7 +98,8 @@ TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
       (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-drafter-small").string();
   const std::string greedy = demo("--temp 0");
   for (const char* spec :
-       {"--draft-k 4 --spec-select rollback", "--draft-k 7 --spec-select rollback"}) {
+       {"--draft-k 4 --spec-select rollback", "--draft-k 7 --spec-select rollback",
+        "--draft-k 4" /* the default rule: rollback, so the text is the greedy text */}) {
     const auto r =
         run_cli("run -m " + kSmall.string() + " -p 'def read_config(path):' -n 64 " +
                 "--policy psr:lambda=0.3,n=1 --residency 0.5 --link resident --calib " +
