@@ -72,10 +72,6 @@ const kernels::Matrix* matrix_of(const Model& m, const TensorSlot& s) {
   }
 }
 
-uint64_t element_size(kernels::DType d) {
-  return kernels::dtype_size(d);
-}
-
 const WeightVector* vector_of(const Model& m, const TensorSlot& s) {
   if (s.role == Role::kFinalNorm) return &m.final_norm();
   if (s.layer < 0) return nullptr;
