@@ -40,10 +40,6 @@ namespace steermoe::cli {
 
 namespace {
 
-std::string read_text(const std::string& path) {
-  return read_text_file(path);  // regular files only, bounded size
-}
-
 // Consecutive, non-overlapping windows of `len` tokens from the start of `ids` (at most
 // `count`).
 std::vector<std::vector<int32_t>> text_windows(const std::vector<int32_t>& ids, int count, int len,
@@ -305,7 +301,7 @@ void run_bench_cli(const BenchCli& o) {
     for (auto& seq : sequences)
       for (int32_t& t : seq) t %= cfg.vocab;  // the trace model's ids, embedded by this model
   } else if (o.generate > 0) {
-    std::istringstream lines(read_text(o.prompts));
+    std::istringstream lines(read_text_file(o.prompts));
     for (std::string line; std::getline(lines, line);) {
       if (line.empty()) continue;
       sequences.push_back(tok.encode(line, {.parse_special = true, .add_special = true}));
@@ -317,7 +313,7 @@ void run_bench_cli(const BenchCli& o) {
     for (const auto& s : sequences) context = std::max(context, static_cast<int>(s.size()));
     context += o.generate;
   } else {
-    const std::vector<int32_t> ids = tok.encode(read_text(o.file), {.parse_special = false});
+    const std::vector<int32_t> ids = tok.encode(read_text_file(o.file), {.parse_special = false});
     sequences = text_windows(ids, o.windows, o.window_len, o.file);
   }
   schedule::OffloadRequest request = offload_request(o.engine, *model, o.model);
@@ -337,6 +333,11 @@ void run_bench_cli(const BenchCli& o) {
     // The trace model's calibration (--calib only), its layers mapped like the trace's.
     request.calibration.reset();
     request.calibration_source = o.engine.calib;
+    // The model's own calibration does not apply: the routing scores are the trace model's.
+    request.calibration_hint = fmt::format(
+        "with --scores-from it needs the calibration of the model the trace --scores-from {} was "
+        "recorded with ({}'s own does not apply)",
+        o.scores_from, o.model);
     if (!o.engine.calib.empty())
       request.calibration =
           std::make_shared<const policy::Calibration>(eval::map_calibration_layers(
@@ -347,22 +348,7 @@ void run_bench_cli(const BenchCli& o) {
   std::vector<eval::BenchConfig> configs;
   std::vector<schedule::OffloadConfig> offloads;
   for (const std::string& p : o.policies) {
-    if (supplied && o.engine.calib.empty()) {
-      // The generic message would say none was found beside the model, which may well have
-      // one: with --scores-from it does not apply (the routing is the trace model's).
-      try {
-        offloads.push_back(resolve_policy(request, p, *model));
-      } catch (const Error& e) {
-        if (std::string_view(e.what()).find("needs a calibration") == std::string_view::npos) throw;
-        fail("--calib", "calibration",
-             "policy '{}' needs the calibration of the model the trace --scores-from {} was "
-             "recorded with (its routing scores are that model's, so {}'s own does not apply): "
-             "give --calib FILE.smcal",
-             p, o.scores_from, o.model);
-      }
-    } else {
-      offloads.push_back(resolve_policy(request, p, *model));
-    }
+    offloads.push_back(resolve_policy(request, p, *model));
     check_fits(budget, *model, offloads.back(), context);
     const int cache = offloads.back().cache_slots;
     const std::string drafting =

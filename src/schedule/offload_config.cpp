@@ -137,8 +137,9 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
       fail("--calib", "calibration",
            "policy '{}' at {} of {} experts needs a calibration (warm set, score range, token "
            "prior): give --calib FILE.smcal (make one with `steermoe trace` + `steermoe "
-           "calibrate`); none found beside {}",
-           r.policy, c.cache_slots, spec.experts, model.name);
+           "calibrate`); {}",
+           r.policy, c.cache_slots, spec.experts,
+           r.calibration_hint.empty() ? "none found beside " + model.name : r.calibration_hint);
     c.calibration =
         std::make_shared<const policy::Calibration>(policy::uninformed_calibration(spec));
   }

@@ -38,6 +38,9 @@ struct OffloadRequest {
   // Loaded by the caller (or null: none found). Shared: engines and steps keep it alive.
   std::shared_ptr<const policy::Calibration> calibration;
   std::string calibration_source;  // its file, for messages
+  // Where a missing calibration should have come from, for the message when a policy needs one
+  // (empty: "none found beside" the model, the CLI's default lookup).
+  std::string calibration_hint;
 };
 
 // The model facts the options are resolved against.
