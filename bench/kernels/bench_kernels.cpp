@@ -53,6 +53,27 @@ std::vector<T>& buffer(size_t n, int which) {
   return b;
 }
 
+// The weight pools and the read probe live in 2 MiB pages, as the engine's weights do
+// (read_sum.hpp, HugePageArray): random bf16 values (floats for the probe), filled once.
+template <typename T>
+steermoe::bench::HugePageArray<T>& huge_buffer(size_t n, int which) {
+  static std::map<std::pair<size_t, int>, std::unique_ptr<steermoe::bench::HugePageArray<T>>> all;
+  auto& b = all[{n, which}];
+  if (!b) {
+    b = std::make_unique<steermoe::bench::HugePageArray<T>>(n);
+    std::mt19937 rng(static_cast<unsigned>(n + which));
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (auto& v : *b) {
+      if constexpr (std::is_same_v<T, float>) {
+        v = dist(rng);
+      } else {
+        v = f32_to_bf16(dist(rng));
+      }
+    }
+  }
+  return *b;
+}
+
 // Main-thread CPU time, for a second rate counter: on a shared, oversubscribed machine real time
 // includes time the benchmark was not running at all, so 1-thread rates are better read from
 // "cpu_bytes_per_second" (bytes / CPU seconds of the calling thread). With 2 threads the caller's
@@ -89,7 +110,7 @@ void BM_ReadBandwidth(benchmark::State& state) {
     return;
   }
   const auto threads = static_cast<size_t>(state.range(1));
-  auto& data = buffer<float>(kBandwidthBytes / sizeof(float), 0);
+  auto& data = huge_buffer<float>(kBandwidthBytes / sizeof(float), 0);
   ThreadPool& pool = pool_of(threads);
   const double cpu_start = thread_cpu_seconds();
   for (auto _ : state) {
@@ -132,7 +153,7 @@ void BM_Matvec(benchmark::State& state) {
   const DType dtype = state.range(4) == 0 ? DType::kF32 : DType::kBF16;
   const size_t matrix_bytes = rows * cols * dtype_size(dtype);
   const size_t count = std::max<size_t>(1, kWeightPoolBytes / matrix_bytes);
-  auto& weights = buffer<uint16_t>(kWeightPoolBytes / 2, 1);
+  auto& weights = huge_buffer<uint16_t>(kWeightPoolBytes / 2, 1);
   const auto& x = buffer<float>(cols, 2);
   std::vector<float> y(rows);
   ThreadPool& pool = pool_of(threads);
@@ -183,7 +204,7 @@ void BM_MatvecVsReadBandwidth(benchmark::State& state) {
   }
   set_active_isa(best_isa());
   state.SetLabel(std::string(isa_name(best_isa())));
-  auto& weights = buffer<uint16_t>(kWeightPoolBytes / 2, 1);
+  auto& weights = huge_buffer<uint16_t>(kWeightPoolBytes / 2, 1);
   const auto& x = buffer<float>(cols, 2);
   std::vector<float> y(rows);
   ThreadPool& pool = pool_of(1);

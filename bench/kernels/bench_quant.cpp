@@ -38,11 +38,13 @@ double thread_cpu_seconds() {
 
 // Random bytes with every f16 scale field set to a small finite value (the numbers do not matter
 // for speed, only that no NaN/denormal slows anything down).
-const std::vector<uint8_t>& pool(DType t) {
-  static std::map<DType, std::vector<uint8_t>> pools;
-  auto& p = pools[t];
-  if (!p.empty()) return p;
-  p.resize(kPoolBytes);
+// In 2 MiB pages, as the engine's weights are (read_sum.hpp, HugePageArray).
+const steermoe::bench::HugePageArray<uint8_t>& pool(DType t) {
+  static std::map<DType, std::unique_ptr<steermoe::bench::HugePageArray<uint8_t>>> pools;
+  auto& pp = pools[t];
+  if (pp) return *pp;
+  pp = std::make_unique<steermoe::bench::HugePageArray<uint8_t>>(kPoolBytes);
+  auto& p = *pp;
   std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
   for (size_t i = 0; i + 8 <= p.size(); i += 8) {
     const uint64_t v = rng();

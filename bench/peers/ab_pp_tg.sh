@@ -3,7 +3,9 @@
 # round: prints one JSON line per (round, test, build) with bench_pp_tg's own JSON inside.
 #   BINS="old/bench_pp_tg new/bench_pp_tg" bench/peers/ab_pp_tg.sh [ROUNDS] > ab.jsonl
 # DIR holds compare.py's 8-layer files; THREADS (2); BESIDE_READS=FILE keeps `dd iflag=direct`
-# reading FILE all along (compute beside disk reads, as on the SSD tier).
+# reading FILE all along (compute beside disk reads, as on the SSD tier). TESTS replaces the
+# tests ("name:file:flag:n" separated by spaces) and EXTRA adds arguments to every run (`--floor`
+# for decode: each run judged against the read floor probed just before it).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 . bench/bench_common/quiet.sh
@@ -20,12 +22,14 @@ if [ -n "${BESIDE_READS:-}" ]; then
 fi
 tests=("q4pp:olmoe-1b-7b-8l-q4_k_m-llama.gguf:-p:128" "bf16tg:olmoe-1b-7b-8l-bf16.gguf:-n:48"
        "q4tg:olmoe-1b-7b-8l-q4_k_m-llama.gguf:-n:48" "q8pp:olmoe-1b-7b-8l-q8_0-llama.gguf:-p:128")
+if [ -n "${TESTS:-}" ]; then read -r -a tests <<< "$TESTS"; fi
+read -r -a extra <<< "${EXTRA:-}"
 for r in $(seq "$R"); do
   for spec in "${tests[@]}"; do
     IFS=: read -r name file flag n <<< "$spec"
     for j in $(seq 0 $((nb - 1))); do
       b=${B[$(((j + r) % nb))]}
-      out=$("$b" -m "$DIR/$file" -t "$THREADS" "$flag" "$n" -r 3)
+      out=$("$b" -m "$DIR/$file" -t "$THREADS" "$flag" "$n" -r 3 "${extra[@]}")
       echo "{\"round\": $r, \"test\": \"$name\", \"bin\": \"$b\", \"out\": $out}"
     done
   done

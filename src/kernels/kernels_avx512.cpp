@@ -81,7 +81,25 @@ SM_TARGET_BF16 void convert_rows_bf16(const float* x, size_t x_stride, size_t n,
   }
 }
 
-template <int R, int N, bool kPrefetchNext = false>
+// How a tile prefetches the rows it streams from memory (see bf16_tile).
+enum class Bf16Prefetch {
+  kNone,       // the rows are in cache (prefill's later input groups)
+  kNextTiles,  // prefill's first input group: the next tiles' rows at the same column
+  kAhead,      // decode (one row per tile): the bytes a fixed distance further on
+};
+
+// Decode's distances, bytes past the line being read: into L2, and from there into L1.
+// bench_kernels VsRead on an Intel Xeon (model 167, AVX-512 BF16), 1 thread, weights in 2 MiB
+// pages, fraction of the read floor (1024 x 2048 / 2048 x 1024, two runs each): 4608 / 1536
+// 1.01-1.02 / 0.99-1.01, 4352-4864 / 1536-1792 alike, 5120 / 2048 0.99-1.00 / 0.95-0.96, 4096 /
+// 2048 0.92-0.93 / 0.95 (an L2 distance of exactly 4 KiB is 5-8% worse at any L1 distance),
+// 4608 / 1280 0.92-0.98, 2048 / 1024 0.90-0.91; the 4-row tiles prefetching the next tiles
+// (kNextTiles, the scheme before) 0.82-0.88 at any distance: four streams 4 KiB apart against
+// one here.
+constexpr size_t kBf16AheadL2 = 4608;
+constexpr size_t kBf16AheadL1 = 1536;
+
+template <int R, int N, Bf16Prefetch kPrefetch = Bf16Prefetch::kNone>
 SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t* xb, size_t padded,
                                      size_t i0, const Output& out, const MatvecParams& p) {
   const size_t cols = w.cols;
@@ -105,17 +123,17 @@ SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t*
   // 1024 x 2048 0.92-1.02 -> 1.01-1.08, 2048 x 1024 0.89-0.93 -> 1.04-1.08 (the L2 stage alone,
   // or the next tile into L2 only, 0.88-0.99). Prefill's first pass the same way, bench_pp_tg
   // BF16 pp128 in 4 alternating rounds: 1 thread +6-16%, 2 threads +10-17%.
-  const size_t next = kPrefetchNext ? static_cast<size_t>(R) * w.stride() : 0;
+  // The addresses may lie past the matrix: integer arithmetic, and a prefetch does not fault.
+  const size_t next_bytes = static_cast<size_t>(R) * w.stride() * sizeof(uint16_t);
+  const size_t far = kPrefetch == Bf16Prefetch::kAhead ? kBf16AheadL2 : 2 * next_bytes;
+  const size_t near = kPrefetch == Bf16Prefetch::kAhead ? kBf16AheadL1 : next_bytes;
   for (size_t c = 0; c < full; c += kBf16Block) {
     __m512bh wv[R];
     for (int k = 0; k < R; ++k) {
-      if constexpr (kPrefetchNext) {
-        // Two tiles on into L2 (the address may lie past the matrix: integer arithmetic, and a
-        // prefetch does not fault), the next tile from there into L1.
-        _mm_prefetch(reinterpret_cast<const char*>(reinterpret_cast<uintptr_t>(rows[k] + c) +
-                                                   2 * next * sizeof(uint16_t)),
-                     _MM_HINT_T1);
-        _mm_prefetch(reinterpret_cast<const char*>(rows[k] + next + c), _MM_HINT_T0);
+      if constexpr (kPrefetch != Bf16Prefetch::kNone) {
+        const uintptr_t at = reinterpret_cast<uintptr_t>(rows[k] + c);
+        _mm_prefetch(reinterpret_cast<const char*>(at + far), _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(at + near), _MM_HINT_T0);
       }
       wv[k] = (__m512bh)_mm512_loadu_si512(rows[k] + c);
     }
@@ -140,9 +158,9 @@ SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t*
 }
 
 // Rows [r0, r1) against inputs i..i+N-1 in tiles of R rows. Where the rows stream from memory
-// (`stream`: decode, and prefill's first pass over a super-block; the later passes find them in
-// L2) the tiles prefetch the next one, while a next tile lies inside this matrix (it may be
-// another thread's: harmless).
+// (`stream`: prefill's first pass over a super-block; the later passes find them in L2) the tiles
+// prefetch the next one, while a next tile lies inside this matrix (it may be another thread's:
+// harmless).
 template <int N>
 SM_TARGET_BF16 inline void bf16_rows(const Matrix& w, size_t r0, size_t r1, bool stream,
                                      const uint16_t* xb, size_t padded, size_t i, const Output& out,
@@ -151,7 +169,7 @@ SM_TARGET_BF16 inline void bf16_rows(const Matrix& w, size_t r0, size_t r1, bool
   size_t r = r0;
   if (stream) {
     for (; r + R <= r1 && r + 2 * R <= w.rows; r += R) {
-      bf16_tile<R, N, true>(w, r, xb, padded, i, out, p);
+      bf16_tile<R, N, Bf16Prefetch::kNextTiles>(w, r, xb, padded, i, out, p);
     }
   }
   for (; r + R <= r1; r += R) bf16_tile<R, N>(w, r, xb, padded, i, out, p);
@@ -163,9 +181,12 @@ SM_TARGET_BF16 void bf16_matmul_impl(const Matrix& w, const uint16_t* xb, size_t
                                      const MatvecParams& p) {
   constexpr int N = Simd::kTileTokens;
   if (n == 1) {
-    // Decode: one pass over the rows without super-blocks (measured ~3% closer to the read
-    // bandwidth). 8-row tiles were measured no better than 4 (AMD EPYC).
-    bf16_rows<1>(w, row_begin, row_end, true, xb, padded, 0, out, p);
+    // Decode: one pass over the rows, one row at a time: a single stream through the matrix
+    // (its rows are contiguous), prefetched a fixed distance ahead (kBf16AheadL2 / L1). Each
+    // row's sum is the same chain in any tiling, so the bits do not change.
+    for (size_t r = row_begin; r < row_end; ++r) {
+      bf16_tile<1, 1, Bf16Prefetch::kAhead>(w, r, xb, padded, 0, out, p);
+    }
     return;
   }
   for (size_t sb = row_begin; sb < row_end; sb += kSuperRows) {
