@@ -20,3 +20,8 @@ for t in 1 2; do
   THREADS=$t TESTS="q4pp:olmoe-1b-7b-8l-q4_k_m-steermoe.gguf:-p:128 q4tg:olmoe-1b-7b-8l-q4_k_m-steermoe.gguf:-n:48" \
     bench/peers/ab_pp_tg.sh 3 > q4_k_m-final-${t}t.jsonl
 done
+# The AVX-512 path without VDPBF16PS (simd_generic.inc: decode in 2-row tiles, two-stage
+# prefetch), against 0c72ba9 (/tmp/base; its generic kernels are those of the commit before):
+export STEERMOE_KERNELS=avx512
+THREADS=1 EXTRA=--floor TESTS="bf16tg:olmoe-1b-7b-8l-bf16.gguf:-n:48" bench/peers/ab_pp_tg.sh 3 > avx512-path-bf16-1t.jsonl
+THREADS=2 TESTS="bf16tg:olmoe-1b-7b-8l-bf16.gguf:-n:48 bf16pp:olmoe-1b-7b-8l-bf16.gguf:-p:128" bench/peers/ab_pp_tg.sh 3 > avx512-path-bf16-2t.jsonl
