@@ -491,6 +491,31 @@ TEST(HttpParser, ChunkedBodiesByteByByte) {
   EXPECT_EQ(status("fffffffffffffffff\r\n", 100), 400);  // overflow
   EXPECT_EQ(status("65\r\n", 100), 413);
   EXPECT_EQ(status("3\r\nabcd\r\n", 100), 400);  // data longer than its size
+  // A line past 1 KiB is refused alike whether it arrives whole or a byte at a time (a chunk
+  // extension or a trailer field; the whole line had been accepted, the same bytes in pieces
+  // refused). One of exactly 1 KiB passes both ways.
+  auto bytewise = [](const std::string& bytes) {
+    http::ChunkedDecoder dd;
+    std::string b, arrived;
+    http::HeadError e;
+    size_t p = 0;
+    for (char c : bytes) {
+      arrived += c;
+      const auto state = dd.feed(arrived, p, b, 100, e);
+      if (state == http::ParseState::kError) return e.status;
+      if (state == http::ParseState::kComplete) return 0;
+    }
+    return -1;
+  };
+  const std::string long_ext = "0;" + std::string(1100, 'x') + "\r\n\r\n";
+  const std::string long_trailer = "0\r\nX: " + std::string(1100, 'y') + "\r\n\r\n";
+  const std::string fits = "0;" + std::string(1021, 'x') + "\r\n\r\n";  // 1024 with the CR
+  for (const auto& too_long : {long_ext, long_trailer}) {
+    EXPECT_EQ(status(too_long, 100), 400);
+    EXPECT_EQ(bytewise(too_long), 400);
+  }
+  EXPECT_EQ(status(fits, 100), 0);
+  EXPECT_EQ(bytewise(fits), 0);
 }
 
 }  // namespace
