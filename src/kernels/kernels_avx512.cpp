@@ -111,9 +111,10 @@ SM_TARGET_BF16 inline void bf16_tile(const Matrix& w, size_t r0, const uint16_t*
   for (int k = 0; k < R; ++k) {
     for (int j = 0; j < N; ++j) acc[k][j] = _mm512_setzero_ps();
   }
-  // Tiles that stream their rows from memory (kPrefetchNext: decode, and the first input group of
-  // a prefill super-block) prefetch the next tile's rows (R rows further on) at the same
-  // column: one line per row per step (32 bf16 = 64 bytes), a tile ahead of use. Every row is a
+  // kNextTiles (the first input group of a prefill super-block; decode too until 2026-12-05, when
+  // it became kAhead, one row per tile: see kBf16AheadL2) prefetches the next tile's rows (R
+  // rows further on) at the same column: one line per row per step (32 bf16 = 64 bytes), a tile
+  // ahead of use. The measurements below are of that scheme on 4 KiB pages. Every row is a
   // new stream to the hardware prefetcher, which alone left decode well under the read bandwidth.
   // bench_kernels VsRead, side by side on an Intel Xeon (family 6 model 207), 1 thread: 1024 x
   // 2048 0.87 -> 0.92-0.99 of the read bandwidth; 2048 x 1024 (2 KiB rows, before: one row at a
