@@ -33,6 +33,20 @@ ThreadPool& pool_of(size_t threads) {
   return *p;
 }
 
+// Random values in [-1, 1) (as bf16 bits for uint16_t), the same for the same (n, which).
+template <typename T, typename It>
+void fill_random(It begin, It end, size_t n, int which) {
+  std::mt19937 rng(static_cast<unsigned>(n + which));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (It v = begin; v != end; ++v) {
+    if constexpr (std::is_same_v<T, float>) {
+      *v = dist(rng);
+    } else {
+      *v = f32_to_bf16(dist(rng));
+    }
+  }
+}
+
 // Buffers are filled (touched) once and reused across benchmarks of the same size.
 template <typename T>
 std::vector<T>& buffer(size_t n, int which) {
@@ -40,36 +54,20 @@ std::vector<T>& buffer(size_t n, int which) {
   auto& b = buffers[{n, which}];
   if (b.size() != n) {
     b.resize(n);
-    std::mt19937 rng(static_cast<unsigned>(n + which));
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (auto& v : b) {
-      if constexpr (std::is_same_v<T, float>) {
-        v = dist(rng);
-      } else {
-        v = f32_to_bf16(dist(rng));
-      }
-    }
+    fill_random<T>(b.begin(), b.end(), n, which);
   }
   return b;
 }
 
 // The weight pools and the read probe live in 2 MiB pages, as the engine's weights do
-// (read_sum.hpp, HugePageArray): random bf16 values (floats for the probe), filled once.
+// (read_sum.hpp, HugePageArray), filled as buffer() fills.
 template <typename T>
 steermoe::bench::HugePageArray<T>& huge_buffer(size_t n, int which) {
   static std::map<std::pair<size_t, int>, std::unique_ptr<steermoe::bench::HugePageArray<T>>> all;
   auto& b = all[{n, which}];
   if (!b) {
     b = std::make_unique<steermoe::bench::HugePageArray<T>>(n);
-    std::mt19937 rng(static_cast<unsigned>(n + which));
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (auto& v : *b) {
-      if constexpr (std::is_same_v<T, float>) {
-        v = dist(rng);
-      } else {
-        v = f32_to_bf16(dist(rng));
-      }
-    }
+    fill_random<T>(b->begin(), b->end(), n, which);
   }
   return *b;
 }
