@@ -3,6 +3,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,11 @@ namespace steermoe::schedule {
 
 namespace {
 
+// Every duration, bandwidth and size a profile may hold stays below this, so that sums over
+// thousands of layers and tokens stay finite on the simulated clock (a year in microseconds is
+// 3.2e13; no link reaches 1e6 GB/s).
+constexpr double kMaxProfileNumber = 1e15;
+
 double number(const nlohmann::json& object, const char* key, const std::string& where,
               double min_value, bool required) {
   if (!object.contains(key)) {
@@ -29,8 +35,38 @@ double number(const nlohmann::json& object, const char* key, const std::string& 
   const auto& value = object.at(key);
   if (!value.is_number()) fail(where, key, "expected a number, got {}", json_excerpt(value));
   const double x = value.get<double>();
-  if (!(x >= min_value)) fail(where, key, "expected a number >= {}, got {}", min_value, x);
+  if (!(x >= min_value && x <= kMaxProfileNumber))
+    fail(where, key, "expected a number in [{}, {:g}], got {}", min_value, kMaxProfileNumber, x);
   return x;
+}
+
+// A whole number in [min_value, max_value] (32 or 32.0; not 32.5): casting anything else to an
+// integer type would truncate it or, past the type's range, be undefined.
+int64_t whole_number(const nlohmann::json& object, const char* key, const std::string& where,
+                     int64_t min_value, int64_t max_value, bool required) {
+  if (!object.contains(key)) {
+    if (required)
+      fail(where, key, "missing (expected a whole number in [{}, {}])", min_value, max_value);
+    return 0;
+  }
+  const auto& value = object.at(key);
+  if (value.is_number_integer()) {
+    // Unsigned values above int64's range compare as huge, not negative.
+    const bool fits = value.is_number_unsigned()
+                          ? value.get<uint64_t>() <= static_cast<uint64_t>(max_value) &&
+                                static_cast<int64_t>(value.get<uint64_t>()) >= min_value
+                          : value.get<int64_t>() >= min_value && value.get<int64_t>() <= max_value;
+    if (!fits)
+      fail(where, key, "expected a whole number in [{}, {}], got {}", min_value, max_value,
+           json_excerpt(value));
+    return value.get<int64_t>();
+  }
+  const double x = value.is_number() ? value.get<double>() : 0.5;
+  if (!value.is_number() || !(x >= static_cast<double>(min_value)) ||
+      !(x <= static_cast<double>(max_value)) || x != std::floor(x))
+    fail(where, key, "expected a whole number in [{}, {}], got {}", min_value, max_value,
+         json_excerpt(value));
+  return static_cast<int64_t>(x);
 }
 
 const nlohmann::json& section(const nlohmann::json& json, const char* key,
@@ -67,9 +103,11 @@ HardwareProfile parse_profile(const nlohmann::json& json, const std::string& whe
     const auto& m = section(json, "model", where);
     if (m.contains("name") && m.at("name").is_string()) p.model = m.at("name").get<std::string>();
     const std::string mw = where + ": model";
-    p.layers = static_cast<int>(number(m, "layers", mw, 0, false));
-    p.experts = static_cast<int>(number(m, "experts", mw, 0, false));
-    p.top_k = static_cast<int>(number(m, "top_k", mw, 0, false));
+    // 0: any (the shape was not recorded). Bounds far above any model's, below int's range.
+    constexpr int64_t kMaxCount = int64_t{1} << 20;
+    p.layers = static_cast<int>(whole_number(m, "layers", mw, 0, kMaxCount, false));
+    p.experts = static_cast<int>(whole_number(m, "experts", mw, 0, kMaxCount, false));
+    p.top_k = static_cast<int>(whole_number(m, "top_k", mw, 0, kMaxCount, false));
   }
   const auto& link = section(json, "link", where);
   const std::string lw = where + ": link";
@@ -93,7 +131,7 @@ HardwareProfile parse_profile(const nlohmann::json& json, const std::string& whe
   if (!(p.link_transfer_slowdown < 1))
     fail(lw, "transfer_slowdown", "expected a fraction in [0, 1), got {}",
          p.link_transfer_slowdown);
-  p.expert_bytes = static_cast<int64_t>(number(json, "expert_bytes", where, 1, true));
+  p.expert_bytes = whole_number(json, "expert_bytes", where, 1, int64_t{1} << 48, true);
   const auto& compute = section(json, "compute_us", where);
   const std::string cw = where + ": compute_us";
   p.attention_s = number(compute, "attention", cw, 0, true) * 1e-6;
@@ -160,15 +198,14 @@ HardwareProfile load_profile(std::string_view name_or_path,
            fmt::format("{}", fmt::join(known, ", ")));
     }
   }
-  const std::string text = read_input_file(path, "a hardware profile", kMaxJsonFileBytes);
-  check_json_depth(text, path.string());  // before anything can recurse over a hostile nesting
-  nlohmann::json json;
-  try {
-    json = parse_json_or_throw(text);
-  } catch (const nlohmann::json::exception& e) {  // parse_error, out_of_range (huge numbers)
-    fail(path.string(), "(json)", "expected valid JSON: {}", e.what());
-  }
-  return parse_profile(json, path.string());
+  return parse_profile_text(read_input_file(path, "a hardware profile", kMaxJsonFileBytes),
+                            path.string());
+}
+
+HardwareProfile parse_profile_text(std::string_view text, const std::string& where) {
+  // parse_json checks the nesting before anything can recurse over it, and turns syntax errors
+  // and numbers beyond double range into steermoe::Error naming the file.
+  return parse_profile(parse_json(text, where), where);
 }
 
 }  // namespace steermoe::schedule

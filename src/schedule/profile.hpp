@@ -59,6 +59,8 @@ struct HardwareProfile {
 // Parses a profile; `where` names the file in messages. Durations in the file are in
 // microseconds, bandwidth in GB/s (1e9 bytes/s).
 HardwareProfile parse_profile(const nlohmann::json& json, const std::string& where);
+// The same from the file's text (JSON syntax, nesting and number range checked first).
+HardwareProfile parse_profile_text(std::string_view text, const std::string& where);
 
 // `name_or_path`: a path to a .json file, or the name of a file in `profile_dir` (the repo's
 // data/profiles unless given). Throws steermoe::Error naming `option` (the flag it came from) and

@@ -132,5 +132,63 @@ TEST(Profile, ErrorsNameTheFieldAndTheKnownProfiles) {
   }
 }
 
+// Counts and sizes are whole numbers in range (a cast of 1e300 or 2.5 to an integer type would be
+// undefined or silently truncated), durations and bandwidths finite and bounded, and the text
+// form names the file for syntax errors, hostile nesting and numbers beyond double range.
+TEST(Profile, CountsAreWholeAndNumbersBounded) {
+  const nlohmann::json good = {
+      {"name", "x"},
+      {"model", {{"layers", 16}, {"experts", 64.0}, {"top_k", 8}}},
+      {"link", {{"bandwidth_GBps", 10}}},
+      {"expert_bytes", 4096},
+      {"compute_us", {{"attention", 1}, {"moe_fixed", 1}, {"moe_per_expert", 1}, {"head", 1}}},
+      {"host_policy_us", 1}};
+  const HardwareProfile ok = parse_profile(good, "x.json");
+  EXPECT_EQ(ok.experts, 64);  // 64.0 is a whole number
+  EXPECT_EQ(ok.expert_bytes, 4096);
+  const auto refused = [&](const nlohmann::json& profile, const char* field) {
+    try {
+      parse_profile(profile, "x.json");
+      ADD_FAILURE() << "accepted " << profile.dump();
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("x.json"), std::string::npos) << e.what();
+    }
+  };
+  for (const nlohmann::json& bad :
+       {nlohmann::json(2.5), nlohmann::json(1e300), nlohmann::json(-1), nlohmann::json("16"),
+        nlohmann::json(uint64_t{1} << 63), nlohmann::json(int64_t{1} << 40)}) {
+    nlohmann::json j = good;
+    j["model"]["layers"] = bad;
+    refused(j, "layers");
+  }
+  for (const nlohmann::json& bad : {nlohmann::json(1e300), nlohmann::json(0.5),
+                                    nlohmann::json(uint64_t{1} << 63), nlohmann::json(0)}) {
+    nlohmann::json j = good;
+    j["expert_bytes"] = bad;
+    refused(j, "expert_bytes");
+  }
+  nlohmann::json j = good;
+  j["compute_us"]["attention"] = 1e300;
+  refused(j, "attention");
+  j = good;
+  j["link"]["bandwidth_GBps"] = 1e300;
+  refused(j, "bandwidth_GBps");
+  j = good;
+  j["host_policy_us"] = 1e300;
+  refused(j, "host_policy_us");
+
+  EXPECT_EQ(parse_profile_text(good.dump(), "x.json").layers, 16);
+  for (const std::string& text : {std::string("{\"name\": "), std::string(100000, '['),
+                                  std::string("{\"name\": \"x\", \"expert_bytes\": 1e999}")}) {
+    try {
+      parse_profile_text(text, "x.json");
+      ADD_FAILURE() << "accepted " << text.substr(0, 40);
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("x.json"), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace steermoe::schedule
