@@ -81,7 +81,12 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
   cmd->add_option("--mem-limit", o.mem_limit,
                   "Memory budget (e.g. 3G, 2.5GiB, 800MB): the process runs in a memory cgroup of "
                   "that size, page cache counted; the engine must fit (non-expert weights + "
-                  "slots + KV) or the command says what does and what --cache would");
+                  "slots + KV) or the command says what does and what --cache would")
+      ->check([](const std::string& value) {
+        // Given but empty would otherwise read as "no budget".
+        return value.empty() ? std::string("expected a byte count such as 3G, found ''")
+                             : std::string();
+      });
 }
 
 std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o) {

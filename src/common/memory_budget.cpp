@@ -3,6 +3,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -109,6 +110,17 @@ uint64_t parse_byte_count(const std::string& text, const std::string& flag) {
   } catch (const std::exception&) {
     used = 0;
   }
+  // std::stod also reads hexadecimal ("0x10"), "inf", "nan" and leading spaces: a byte count is
+  // decimal digits, a point and an exponent only.
+  const bool decimal =
+      !text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.');
+  for (size_t i = 0; i < used && decimal; ++i) {
+    const char c = text[i];
+    if (!std::isdigit(static_cast<unsigned char>(c)) && c != '.' && c != 'e' && c != 'E' &&
+        c != '+' && c != '-')
+      used = 0;
+  }
+  if (!decimal) used = 0;
   std::string unit = text.substr(used);
   for (char& c : unit) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   double scale = 0;

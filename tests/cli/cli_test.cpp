@@ -173,6 +173,9 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
       {"run " + m + " --residency 0.5 --policy physical:psr:lambda=0.3",
        "the physical: demonstration mode routes on the copies"},
       {"run " + m + " --residency 0.5 --link sim:no-such-profile", "--link sim:PROFILE"},
+      // Given but empty is not "no budget"; hexadecimal is not a byte count.
+      {"run " + m + " --mem-limit ''", "--mem-limit: expected a byte count"},
+      {"run " + m + " --mem-limit 0x80000000", "found '0x80000000'"},
   };
   for (const Case& c : cases) {
     const auto r = run_cli(c.args);

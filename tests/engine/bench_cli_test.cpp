@@ -505,7 +505,9 @@ TEST(MemoryBudget, ByteCountsAndTheCgroup) {
   EXPECT_EQ(parse_byte_count("800MB", "--mem-limit"), 800'000'000u);
   EXPECT_EQ(parse_byte_count("2.5GiB", "--mem-limit"), uint64_t{5} << 29);
   EXPECT_EQ(parse_byte_count("4096", "--mem-limit"), 4096u);
-  for (const char* bad : {"", "G", "-1G", "3X", "0", "1e30"})
+  EXPECT_EQ(parse_byte_count("1.5e3K", "--mem-limit"), 1'536'000u);
+  for (const char* bad :
+       {"", "G", "-1G", "3X", "0", "1e30", "0x10", "0x1p30", " 3G", "infG", "nan", "+3G"})
     EXPECT_THROW(parse_byte_count(bad, "--mem-limit"), Error) << bad;
   // The cgroup itself needs write access to this process's cgroup folder (root here; a user
   // without it is told how to set the budget from outside).
