@@ -20,7 +20,7 @@ std::vector<std::span<const std::byte>> mapped_files(const Model& model,
     maps.push_back(bytes);
   };
   if (model.format() == WeightFormat::kGguf) {
-    add(model.gguf()->name(), model.gguf()->bytes());
+    for (const GgufFile& f : model.gguf_files()) add(f.name(), f.bytes());
   } else {
     const Checkpoint& c = *model.checkpoint();
     for (size_t i = 0; i < c.shard_count(); ++i) add(c.shard(i).name(), c.shard(i).bytes());
@@ -76,8 +76,11 @@ SwigluWeights rebase_expert(const SwigluWeights& original, const link::ExpertLay
                             int32_t moe_layer, int32_t expert, const std::byte* slot) {
   const auto parts = layout.parts(moe_layer, expert);
   SM_ASSERT_MSG(parts.size() == 3, "expert layout from model::expert_layout (gate, up, down)");
-  auto data_bytes = [](const kernels::Matrix& m) { return kernels::matrix_ranges(m).range[0].bytes; };
-  SM_ASSERT(parts[0].bytes == data_bytes(original.gate) && parts[1].bytes == data_bytes(original.up) &&
+  auto data_bytes = [](const kernels::Matrix& m) {
+    return kernels::matrix_ranges(m).range[0].bytes;
+  };
+  SM_ASSERT(parts[0].bytes == data_bytes(original.gate) &&
+            parts[1].bytes == data_bytes(original.up) &&
             parts[2].bytes == data_bytes(original.down));
   SwigluWeights s = original;
   s.gate.data = slot + parts[0].slot_offset;

@@ -259,4 +259,16 @@ class GgufWriter {
 // every reader and writer decides GGUF against folder through this.
 bool is_gguf_path(const std::filesystem::path& path);
 
+// llama.cpp's split models (gguf-split, as published for the large MoE models): files named
+// PREFIX-00001-of-0000N.gguf in one folder, each a GGUF file of its own holding some of the
+// tensors, with split.no (uint16, from 0), split.count (uint16) and split.tensors.count (int32,
+// all files' tensors); the first also holds the model's metadata. `path` may name any file of
+// the set. Returns the first file of the set, or `path` when its name is not of that form.
+std::filesystem::path gguf_split_first(const std::filesystem::path& path);
+// Opens every file of the set `path` belongs to, the first (the metadata) first; a file that is
+// not split: itself alone. Checks that every file is present and numbered as its name says,
+// that the counts agree and that no tensor is in two files; errors name the file and the key.
+std::vector<GgufFile> open_gguf_split(const std::filesystem::path& path,
+                                      const GgufLimits& limits = {});
+
 }  // namespace steermoe::model

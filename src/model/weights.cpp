@@ -160,8 +160,8 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
     m->checkpoint_ = std::make_unique<Checkpoint>(Checkpoint::open(path));
   } else if (is_gguf_path(path)) {
     m->format_ = WeightFormat::kGguf;
-    m->gguf_ = std::make_unique<GgufFile>(GgufFile::open(path));
-    m->config_ = config_from_gguf(*m->gguf_);
+    m->gguf_files_ = open_gguf_split(path);  // one file, or every file of a split model
+    m->config_ = config_from_gguf(m->gguf_files_.front());
   } else {
     fail(path.string(), "model path",
          "expected a .gguf file or a folder with config.json and safetensors");
@@ -217,7 +217,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
   }
   // The weights are used in place from the mapping: a file rewritten while it was being bound
   // is refused now (a later shrink is caught by the SIGBUS guard, common/mapped_ranges.hpp).
-  if (m->gguf_) m->gguf_->check_unchanged();
+  for (const GgufFile& f : m->gguf_files_) f.check_unchanged();
   if (m->checkpoint_) m->checkpoint_->check_unchanged();
   m->promote_non_expert_weights();
   return m;
@@ -225,7 +225,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
 
 void Model::promote_non_expert_weights() {
   std::vector<MappedFile*> mappings;
-  if (gguf_) mappings.push_back(&gguf_->mapping());
+  for (GgufFile& f : gguf_files_) mappings.push_back(&f.mapping());
   if (checkpoint_)
     for (size_t i = 0; i < checkpoint_->shard_count(); ++i)
       mappings.push_back(&checkpoint_->shard(i).mapping());

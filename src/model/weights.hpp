@@ -118,7 +118,10 @@ class Model {
   // MoE layer (attention + router + shared + top_k experts + lm_head + one embedding row).
   uint64_t bytes_per_token() const;
 
-  const GgufFile* gguf() const { return gguf_.get(); }
+  // The GGUF file with the model's metadata (the first of a split model's files), or null.
+  const GgufFile* gguf() const { return gguf_files_.empty() ? nullptr : &gguf_files_.front(); }
+  // Every GGUF file holding the model's tensors: one, or a split model's files in order.
+  const std::vector<GgufFile>& gguf_files() const { return gguf_files_; }
   const Checkpoint* checkpoint() const { return checkpoint_.get(); }
 
  private:
@@ -132,7 +135,7 @@ class Model {
   ModelConfig config_;
   WeightFormat format_ = WeightFormat::kGguf;
   std::filesystem::path path_;
-  std::unique_ptr<GgufFile> gguf_;
+  std::vector<GgufFile> gguf_files_;
   std::unique_ptr<Checkpoint> checkpoint_;
   TensorView embed_;
   kernels::Matrix lm_head_;

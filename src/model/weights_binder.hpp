@@ -31,7 +31,10 @@ class WeightBinder {
   void set_where(std::string where) { where_ = std::move(where); }
 
   std::optional<TensorView> find(const std::string& name) const {
-    return gguf() ? m_.gguf_->find_tensor(name) : m_.checkpoint_->find_tensor(name);
+    if (!gguf()) return m_.checkpoint_->find_tensor(name);
+    for (const GgufFile& f : m_.gguf_files_)  // a name is in one file only (open_gguf_split)
+      if (std::optional<TensorView> t = f.find_tensor(name)) return t;
+    return std::nullopt;
   }
   bool has(const std::string& name) const { return find(name).has_value(); }
 
@@ -100,8 +103,7 @@ class WeightBinder {
   // kept for F32/BF16/F16, F32 otherwise): rearranged fused projections.
   kernels::Matrix gather_rows(const TensorView& t, const std::vector<uint64_t>& rows,
                               uint64_t cols) {
-    const bool plain =
-        t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16;
+    const bool plain = t.dtype == DType::kF32 || t.dtype == DType::kBF16 || t.dtype == DType::kF16;
     kernels::Matrix m;
     m.rows = rows.size();
     m.cols = cols;

@@ -20,7 +20,8 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
   if (!std::filesystem::exists(path, ec))
     fail(path.string(), "path", "expected an existing .gguf file, tokenizer.json or HF folder");
   if (model::is_gguf_path(path)) {
-    const model::GgufFile file = model::GgufFile::open(path);
+    // A split model's vocabulary is in its first file, whichever file was named.
+    const model::GgufFile file = model::GgufFile::open(model::gguf_split_first(path));
     return Tokenizer(vocabulary_from_gguf(file));
   }
   return Tokenizer(read_tokenizer_json(path));

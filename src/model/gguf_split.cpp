@@ -1,0 +1,107 @@
+// llama.cpp's split GGUF models (gguf.hpp: open_gguf_split).
+#include <fmt/format.h>
+
+#include <regex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "common/error.hpp"
+#include "model/gguf.hpp"
+
+namespace steermoe::model {
+namespace {
+
+struct SplitName {
+  std::string prefix;  // the path up to "-00001-of-0000N.gguf"
+  int number = 0;      // 1-based, as in the name
+  int count = 0;
+};
+
+// llama.cpp names file i (0-based) of n "%s-%05d-of-%05d.gguf" with i + 1 and n.
+std::optional<SplitName> split_name(const std::filesystem::path& path) {
+  static const std::regex pattern(R"(^(.*)-([0-9]{5})-of-([0-9]{5})\.gguf$)",
+                                  std::regex::ECMAScript | std::regex::icase);
+  std::smatch m;
+  const std::string s = path.string();
+  if (!std::regex_match(s, m, pattern)) return std::nullopt;
+  SplitName n{m[1].str(), std::stoi(m[2].str()), std::stoi(m[3].str())};
+  if (n.count < 1 || n.number < 1 || n.number > n.count) return std::nullopt;
+  return n;
+}
+
+std::filesystem::path split_path(const std::string& prefix, int number, int count) {
+  return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, number, count);
+}
+
+// split.no / split.count: uint16 as llama.cpp writes them (any integer type read, range checked).
+int split_key(const GgufFile& f, const char* key, int64_t max) {
+  const std::optional<int64_t> v = f.find_int(key);
+  if (!v || *v < 0 || *v > max)
+    fail(f.name(), fmt::format("metadata key '{}'", key), "expected an integer in [0, {}]{}", max,
+         v ? fmt::format(", found {}", *v) : std::string(", missing"));
+  return static_cast<int>(*v);
+}
+
+}  // namespace
+
+std::filesystem::path gguf_split_first(const std::filesystem::path& path) {
+  const std::optional<SplitName> n = split_name(path);
+  return n ? split_path(n->prefix, 1, n->count) : path;
+}
+
+std::vector<GgufFile> open_gguf_split(const std::filesystem::path& path, const GgufLimits& limits) {
+  const std::optional<SplitName> name = split_name(path);
+  const std::filesystem::path first = gguf_split_first(path);
+  std::vector<GgufFile> files;
+  files.push_back(GgufFile::open(first, limits));
+  if (!files.front().has("split.count")) {
+    if (name && name->count > 1)
+      fail(files.front().name(), "metadata key 'split.count'",
+           "missing (the name says file 1 of {}: expected a file written by gguf-split)",
+           name->count);
+    return files;
+  }
+  const int count = split_key(files.front(), "split.count", 65535);
+  if (count <= 1) return files;               // a set of one: an ordinary file
+  files.reserve(static_cast<size_t>(count));  // `head` stays valid while the others are added
+  const GgufFile& head = files.front();
+  if (!name || name->count != count)
+    fail(head.name(), "file name",
+         "expected PREFIX-00001-of-{:05d}.gguf for a model split into {} files (split.count)",
+         count, count);
+  if (split_key(head, "split.no", 65535) != 0)
+    fail(head.name(), "metadata key 'split.no'", "expected 0 in the first file, found {}",
+         split_key(head, "split.no", 65535));
+  for (int i = 1; i < count; ++i) {
+    const std::filesystem::path p = split_path(name->prefix, i + 1, count);
+    std::error_code ec;
+    if (!std::filesystem::exists(p, ec))
+      fail(p.string(), "file", "missing: {} is file 1 of {} of a split model", head.name(), count);
+    files.push_back(GgufFile::open(p, limits));
+    const GgufFile& f = files.back();
+    if (split_key(f, "split.count", 65535) != count || split_key(f, "split.no", 65535) != i)
+      fail(f.name(), "metadata key 'split.no'",
+           "expected file {} of {} (split.no {}, split.count {}), found split.no {} of {}", i + 1,
+           count, i, count, split_key(f, "split.no", 65535), split_key(f, "split.count", 65535));
+  }
+  // Every tensor in one file only, and as many as split.tensors.count says when it is given.
+  std::unordered_map<std::string_view, size_t> owner;
+  size_t total = 0;
+  for (size_t i = 0; i < files.size(); ++i) {
+    for (const GgufTensorInfo& t : files[i].tensor_infos()) {
+      const auto [it, added] = owner.emplace(t.name, i);
+      if (!added)
+        fail(files[i].name(), "tensor '" + t.name + "'", "expected in one file only, also in {}",
+             files[it->second].name());
+    }
+    total += files[i].tensor_infos().size();
+  }
+  if (const std::optional<int64_t> n = head.find_int("split.tensors.count");
+      n && *n != static_cast<int64_t>(total))
+    fail(head.name(), "metadata key 'split.tensors.count'",
+         "expected the {} tensors the {} files hold, found {}", total, count, *n);
+  return files;
+}
+
+}  // namespace steermoe::model
