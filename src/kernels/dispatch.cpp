@@ -52,6 +52,10 @@ std::string_view dtype_name(DType dtype) {
       return "q5_k";
     case DType::kQ6_K:
       return "q6_k";
+    case DType::kQ2_K:
+      return "q2_k";
+    case DType::kQ3_K:
+      return "q3_k";
     case DType::kF8E4M3:
       return "f8_e4m3";
   }

@@ -37,6 +37,8 @@ enum class DType : uint8_t {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  kQ2_K,
+  kQ3_K,
   kF8E4M3,  // one byte per element; w = fp8 * scales[r / 128][c / 128]
 };
 

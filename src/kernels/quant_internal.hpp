@@ -32,6 +32,10 @@ size_t act_bytes(size_t n);
 // implementation produces the same bits (the scalar one is the reference).
 using QuantizeActFn = ActQ8 (*)(const float* x, size_t n, void* scratch);
 ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch);
+// The scalar Q2_K / Q3_K products (quant_scalar.cpp): every kernel table uses them (no SIMD
+// version yet).
+float dot_q2_k(const uint8_t* row, const ActQ8& a, size_t cols);
+float dot_q3_k(const uint8_t* row, const ActQ8& a, size_t cols);
 
 // Dot product of one stored row (cols elements, a whole number of blocks) with quantized x.
 using QuantDotFn = float (*)(const uint8_t* row, const ActQ8& a, size_t cols);
@@ -53,13 +57,13 @@ using Fp8DotFn = float (*)(const uint8_t* row, const float* scales, const float*
 
 struct QuantOps {
   QuantizeActFn quantize_act;
-  QuantDotFn dot[8];  // indexed by DType - kQ8_0 (kQ8_0 .. kQ6_K)
+  QuantDotFn dot[10];  // indexed by DType - kQ8_0 (kQ8_0 .. kQ6_K, kQ2_K, kQ3_K)
   Fp8DotFn dot_fp8;
   // Optional multi-input kernels, [type][k - 1] for k inputs; null: `dot` per input. Every size
   // has its own kernel, so that an expert's 7 tokens take one pass over each weight row rather
   // than three (tiles of 4, 2 and 1).
-  QuantTileFn tile[8][kMaxTileInputs] = {};
-  QuantRowsFn rows[8] = {};  // optional, for single-input products
+  QuantTileFn tile[10][kMaxTileInputs] = {};
+  QuantRowsFn rows[10] = {};  // optional, for single-input products
 };
 
 const QuantOps& scalar_quant_ops();

@@ -124,6 +124,59 @@ float dot_q6_k(const uint8_t* row, const ActQ8& a, size_t cols) {
   return acc;
 }
 
+}  // namespace
+
+// Q2_K: per sub-block s of 16 (half h of activation block ab): (float)isum_s * ((d * sc_s) *
+// dx_ab) - (dmin * m_s) * s16_{2 ab + h}, the sub-blocks in order.
+float dot_q2_k(const uint8_t* row, const ActQ8& a, size_t cols) {
+  float acc = 0.0f;
+  for (size_t b = 0; b < cols / 256; ++b, row += 84) {
+    const float d = f16(row + 80);
+    const float dmin = f16(row + 82);
+    for (int s = 0; s < 16; ++s) {
+      const size_t ab = b * 8 + static_cast<size_t>(s / 2);
+      const int8_t* q = a.q + b * 256 + static_cast<size_t>(s) * 16;
+      const uint8_t* w = row + 16 + 32 * (s / 8) + 16 * (s % 2);
+      const int shift = 2 * ((s % 8) / 2);
+      int32_t isum = 0;
+      for (int l = 0; l < 16; ++l) isum += ((w[l] >> shift) & 3) * q[l];
+      acc += static_cast<float>(isum) * ((d * static_cast<float>(row[s] & 0xF)) * a.d[ab]) -
+             (dmin * static_cast<float>(row[s] >> 4)) * a.s16[2 * ab + static_cast<size_t>(s % 2)];
+    }
+  }
+  return acc;
+}
+
+// Q3_K: per 32 elements (two sub-blocks with 6-bit scales sc_a, sc_b), as Q6_K:
+// isum = (sc_a - 32) sum_a(q x) + (sc_b - 32) sum_b(q x), exact; acc += isum * (d * dx).
+float dot_q3_k(const uint8_t* row, const ActQ8& a, size_t cols) {
+  float acc = 0.0f;
+  for (size_t b = 0; b < cols / 256; ++b, row += 110) {
+    const float d = f16(row + 108);
+    for (int blk = 0; blk < 8; ++blk) {
+      const size_t ab = b * 8 + static_cast<size_t>(blk);
+      int32_t isum = 0;
+      for (int half = 0; half < 2; ++half) {
+        const int s = 2 * blk + half;
+        const int8_t* q = a.q + ab * 32 + static_cast<size_t>(half) * 16;
+        const uint8_t* w = row + 32 + 32 * (s / 8) + 16 * (s % 2);
+        const uint8_t* hm = row + 16 * (s % 2);
+        const int shift = 2 * ((s % 8) / 2);
+        int32_t sum = 0;
+        for (int l = 0; l < 16; ++l) {
+          const int v = ((w[l] >> shift) & 3) - (((hm[l] >> (s / 2)) & 1) != 0 ? 0 : 4);
+          sum += v * q[l];
+        }
+        isum += (quant::q3_k_scale(row + 96, s) - 32) * sum;
+      }
+      acc += static_cast<float>(isum) * (d * a.d[ab]);
+    }
+  }
+  return acc;
+}
+
+namespace {
+
 // FP8: per 128-column block k: partial = sum fp8 * x in order; acc += partial * scale_k.
 float dot_fp8(const uint8_t* row, const float* scales, const float* x, size_t cols) {
   float acc = 0.0f;
@@ -211,7 +264,7 @@ const QuantOps& scalar_quant_ops() {
   static const QuantOps ops{
       quantize_act_scalar,
       {dot_q8_0, dot_q4_q5<false, false>, dot_q4_q5<false, true>, dot_q4_q5<true, false>,
-       dot_q4_q5<true, true>, dot_k45<false>, dot_k45<true>, dot_q6_k},
+       dot_q4_q5<true, true>, dot_k45<false>, dot_k45<true>, dot_q6_k, dot_q2_k, dot_q3_k},
       dot_fp8,
   };
   return ops;

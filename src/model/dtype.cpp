@@ -23,7 +23,7 @@ struct DTypeInfo {
   uint64_t block_bytes;
 };
 
-constexpr std::array<DTypeInfo, 23> kDTypes = {{
+constexpr std::array<DTypeInfo, 25> kDTypes = {{
     {DType::kF32, "F32", 1, 4},        {DType::kF16, "F16", 1, 2},
     {DType::kBF16, "BF16", 1, 2},      {DType::kF64, "F64", 1, 8},
     {DType::kI8, "I8", 1, 1},          {DType::kI16, "I16", 1, 2},
@@ -35,7 +35,8 @@ constexpr std::array<DTypeInfo, 23> kDTypes = {{
     {DType::kQ4_0, "Q4_0", 32, 18},    {DType::kQ4_1, "Q4_1", 32, 20},
     {DType::kQ5_0, "Q5_0", 32, 22},    {DType::kQ5_1, "Q5_1", 32, 24},
     {DType::kQ4_K, "Q4_K", 256, 144},  {DType::kQ5_K, "Q5_K", 256, 176},
-    {DType::kQ6_K, "Q6_K", 256, 210},
+    {DType::kQ6_K, "Q6_K", 256, 210},  {DType::kQ2_K, "Q2_K", 256, 84},
+    {DType::kQ3_K, "Q3_K", 256, 110},
 }};
 
 quant::Type quant_type_of(DType dtype) {
@@ -123,8 +124,12 @@ uint16_t f32_to_bf16(float value) {
 }
 
 // IEEE half <-> f32: one implementation for the project (quant/, round to nearest even).
-float f16_to_f32(uint16_t bits) { return quant::f16_to_f32(bits); }
-uint16_t f32_to_f16(float value) { return quant::f32_to_f16(value); }
+float f16_to_f32(uint16_t bits) {
+  return quant::f16_to_f32(bits);
+}
+uint16_t f32_to_f16(float value) {
+  return quant::f32_to_f16(value);
+}
 
 void convert_to_f32(DType dtype, std::span<const std::byte> src, std::span<float> dst,
                     std::string_view what) {

@@ -38,6 +38,8 @@ enum class DType : uint8_t {
   kQ4_K,
   kQ5_K,
   kQ6_K,
+  kQ2_K,  // after Q6_K: the block types keep quant::Type's order
+  kQ3_K,
 };
 
 // True for the ggml block types (Q8_0 .. Q6_K).

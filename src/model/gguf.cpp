@@ -221,7 +221,8 @@ std::array<GgmlTypeTraits, 33> build_ggml_types() {
       {0, DType::kF32},   {1, DType::kF16},   {8, DType::kQ8_0}, {2, DType::kQ4_0},
       {3, DType::kQ4_1},  {6, DType::kQ5_0},  {7, DType::kQ5_1}, {12, DType::kQ4_K},
       {13, DType::kQ5_K}, {14, DType::kQ6_K}, {24, DType::kI8},  {25, DType::kI16},
-      {26, DType::kI32},  {27, DType::kI64},  {28, DType::kF64}, {30, DType::kBF16}};
+      {26, DType::kI32},  {27, DType::kI64},  {28, DType::kF64}, {30, DType::kBF16},
+      {10, DType::kQ2_K}, {11, DType::kQ3_K}};
   for (auto& traits : t) {
     for (const auto& [id, dtype] : viewable) {
       if (traits.id == id && !traits.name.empty()) traits.dtype = dtype;

@@ -20,6 +20,8 @@ constexpr std::array<TypeInfo, kTypeCount> kInfo = {{
     {Type::kQ4_K, "Q4_K", 12, 256, 144},
     {Type::kQ5_K, "Q5_K", 13, 256, 176},
     {Type::kQ6_K, "Q6_K", 14, 256, 210},
+    {Type::kQ2_K, "Q2_K", 10, 256, 84},
+    {Type::kQ3_K, "Q3_K", 11, 256, 110},
     {Type::kF8E4M3, "F8_E4M3", 0, 1, 1},
 }};
 
@@ -149,6 +151,12 @@ uint8_t f32_to_fp8_e4m3(float f) {
   return sign | static_cast<uint8_t>(((ve - 1 + 7) << 3) | mant);
 }
 
+int q3_k_scale(const uint8_t* scales, int s) {
+  const int low = s < 8 ? scales[s] & 0xF : scales[s - 8] >> 4;
+  const int high = (scales[8 + s % 4] >> (2 * (s / 4))) & 3;
+  return low | (high << 4);
+}
+
 void k_scale_min(const uint8_t* q, int j, uint8_t* sc, uint8_t* m) {
   if (j < 4) {
     *sc = q[j] & 63;
@@ -253,6 +261,37 @@ void dequantize_row(Type type, const void* src, float* dst, size_t n) {
         }
       }
       return;
+    case Type::kQ2_K:
+      // scales[16] (4-bit scale | 4-bit min << 4), qs[64] (2 bits), f16 d, f16 dmin. Element e
+      // of the block: sub-block s = e / 16, 2 bits of qs[32 (s / 8) + 16 (s % 2) + e % 16] at
+      // shift 2 ((s % 8) / 2); value (d sc_s) q - (dmin m_s).
+      for (size_t b = 0; b < nb; ++b, p += 84, dst += 256) {
+        const float d = load_f16(p + 80);
+        const float dmin = load_f16(p + 82);
+        for (int i = 0; i < 256; ++i) {
+          const int s = i / 16;
+          const float dl = d * static_cast<float>(p[s] & 0xF);
+          const float ml = dmin * static_cast<float>(p[s] >> 4);
+          const int q = (p[16 + 32 * (s / 8) + 16 * (s % 2) + i % 16] >> (2 * ((s % 8) / 2))) & 3;
+          dst[i] = dl * static_cast<float>(q) - ml;
+        }
+      }
+      return;
+    case Type::kQ3_K:
+      // hmask[32], qs[64] (low 2 bits), scales[12] (16 x 6 bits, stored + 32), f16 d. Element e:
+      // sub-block s = e / 16, low bits as Q2_K's (qs at byte 32), high bit (s / 2) of
+      // hmask[16 (s % 2) + e % 16]; q = low - (high ? 0 : 4); value (d (sc_s - 32)) q.
+      for (size_t b = 0; b < nb; ++b, p += 110, dst += 256) {
+        const float d = load_f16(p + 108);
+        for (int i = 0; i < 256; ++i) {
+          const int s = i / 16, l = i % 16;
+          const float dl = d * static_cast<float>(q3_k_scale(p + 96, s) - 32);
+          const int low = (p[32 + 32 * (s / 8) + 16 * (s % 2) + l] >> (2 * ((s % 8) / 2))) & 3;
+          const int high = (p[16 * (s % 2) + l] >> (s / 2)) & 1;
+          dst[i] = dl * static_cast<float>(low - (high != 0 ? 0 : 4));
+        }
+      }
+      return;
     case Type::kF8E4M3:
       for (size_t i = 0; i < n; ++i) dst[i] = fp8_e4m3_to_f32(p[i]);
       return;
@@ -280,6 +319,12 @@ bool scales_finite(Type type, const void* src, size_t n) {
         break;
       case Type::kQ6_K:
         if (!finite(load_u16(p + 208))) return false;
+        break;
+      case Type::kQ2_K:
+        if (!finite(load_u16(p + 80)) || !finite(load_u16(p + 82))) return false;
+        break;
+      case Type::kQ3_K:
+        if (!finite(load_u16(p + 108))) return false;
         break;
       case Type::kF8E4M3:
         if ((p[0] & 0x7fu) == 0x7fu) return false;

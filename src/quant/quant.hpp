@@ -13,8 +13,22 @@
 
 namespace steermoe::quant {
 
-enum class Type : uint8_t { kQ8_0, kQ4_0, kQ4_1, kQ5_0, kQ5_1, kQ4_K, kQ5_K, kQ6_K, kF8E4M3 };
-inline constexpr size_t kTypeCount = 9;
+// Q2_K and Q3_K (the 2- and 3-bit K-quants of llama.cpp's Q2_K / Q3_K_S/M/L files) come after
+// Q6_K, so that every type's number keeps its meaning in the enums that mirror this one.
+enum class Type : uint8_t {
+  kQ8_0,
+  kQ4_0,
+  kQ4_1,
+  kQ5_0,
+  kQ5_1,
+  kQ4_K,
+  kQ5_K,
+  kQ6_K,
+  kQ2_K,
+  kQ3_K,
+  kF8E4M3
+};
+inline constexpr size_t kTypeCount = 11;
 
 struct TypeInfo {
   Type type;
@@ -69,5 +83,14 @@ inline constexpr size_t kQKK = 256;  // super-block of the K types
 // sc_{j+4} = (b[j + 8] & 15) | ((b[j] >> 6) << 4), m_{j+4} = (b[j + 8] >> 4) | ((b[j + 4] >> 6) <<
 // 4).
 void k_scale_min(const uint8_t* scales12, int j, uint8_t* sc, uint8_t* m);
+// Q2_K: uint8 scales[16] (low nibble scale, high nibble min), qs[64], f16 d, f16 dmin. Element i:
+//       sub-block s = i / 16, q = bits 2((s % 8) / 2).. of qs[32 (s / 8) + 16 (s % 2) + i % 16];
+//       w = (d * (scales[s] & 15)) * q - (dmin * (scales[s] >> 4))
+// Q3_K: hmask[32], qs[64], scales[12] (16 x 6 bits), f16 d. Element i: low 2 bits as Q2_K's,
+//       high bit = bit s / 2 of hmask[16 (s % 2) + i % 16]; q = low - (high ? 0 : 4);
+//       w = (d * (sc_s - 32)) * q with sc_s = q3_k_scale(scales, s)
+// The 6-bit Q3_K scale s (0..15): low 4 bits = nibble (s >= 8) of b[s % 8], high 2 bits = bits
+// 2 (s / 4).. of b[8 + s % 4].
+int q3_k_scale(const uint8_t* scales12, int s);
 
 }  // namespace steermoe::quant

@@ -269,6 +269,83 @@ void quantize_q6_k(const float* x, uint8_t* b) {
   }
 }
 
+// The byte and shift of element i's 2 low bits in a Q2_K / Q3_K block's qs (quant.hpp).
+inline int k23_byte(int i) {
+  const int s = i / 16;
+  return 32 * (s / 8) + 16 * (s % 2) + i % 16;
+}
+inline int k23_shift(int i) {
+  return 2 * (((i / 16) % 8) / 2);
+}
+
+// Q2_K: each sub-block of 16 fitted as s q - m (q in [0, 3], m >= 0, as Q4_K's sub-blocks), the
+// 16 scales and mins in 4 bits under the super-block's d and dmin.
+void quantize_q2_k(const float* x, uint8_t* b) {
+  float s[16], m[16];
+  float max_s = 0.0f, max_m = 0.0f;
+  for (int k = 0; k < 16; ++k) {
+    fit_scale_min(x + 16 * k, 16, 3, &s[k], &m[k]);
+    max_s = std::max(max_s, s[k]);
+    max_m = std::max(max_m, m[k]);
+  }
+  const float d = f16_to_f32(f32_to_f16(max_s / 15.0f));
+  const float dmin = f16_to_f32(f32_to_f16(max_m / 15.0f));
+  uint8_t* qs = b + 16;
+  std::memset(qs, 0, 64);
+  for (int k = 0; k < 16; ++k) {
+    const int sc = d > 0.0f ? std::clamp(nearest(s[k] / d), 0, 15) : 0;
+    const int mm = dmin > 0.0f ? std::clamp(nearest(m[k] / dmin), 0, 15) : 0;
+    b[k] = static_cast<uint8_t>(sc | (mm << 4));
+  }
+  store_f16(b + 80, d);
+  store_f16(b + 82, dmin);
+  for (int i = 0; i < 256; ++i) {
+    const float d1 = d * static_cast<float>(b[i / 16] & 0xF);
+    const float m1 = dmin * static_cast<float>(b[i / 16] >> 4);
+    int q = 0;
+    if (d1 > 0.0f) {
+      const float v = (x[i] + m1) / d1;
+      q = std::isnan(v) ? 0 : std::clamp(nearest(std::clamp(v, -1.0f, 4.0f)), 0, 3);
+    }
+    qs[k23_byte(i)] |= static_cast<uint8_t>(q << k23_shift(i));
+  }
+}
+
+// Q3_K: each sub-block of 16 fitted as s q (q in [-4, 3], as Q6_K's), the 16 scales in 6 bits
+// (signed, stored + 32) under the super-block's d.
+void quantize_q3_k(const float* x, uint8_t* b) {
+  float s[16];
+  float amax = 0.0f;
+  for (int k = 0; k < 16; ++k) {
+    s[k] = fit_symmetric(x + 16 * k, 16, 4);
+    amax = std::max(amax, std::fabs(s[k]));
+  }
+  const float d = f16_to_f32(f32_to_f16(amax / 31.0f));
+  uint8_t* hmask = b;
+  uint8_t* qs = b + 32;
+  uint8_t* scales = b + 96;
+  std::memset(b, 0, 108);
+  int sc[16];
+  for (int k = 0; k < 16; ++k) {
+    sc[k] = d > 0.0f ? std::clamp(nearest(s[k] / d), -32, 31) : 0;
+    const int u = sc[k] + 32;  // 6 bits
+    scales[k % 8] |= static_cast<uint8_t>((u & 0xF) << (k >= 8 ? 4 : 0));
+    scales[8 + k % 4] |= static_cast<uint8_t>((u >> 4) << (2 * (k / 4)));
+  }
+  store_f16(b + 108, d);
+  for (int i = 0; i < 256; ++i) {
+    const float dk = d * static_cast<float>(sc[i / 16]);
+    int q = 0;
+    if (dk != 0.0f) {
+      const float v = x[i] / dk;
+      q = std::isnan(v) ? 0 : std::clamp(nearest(std::clamp(v, -8.0f, 8.0f)), -4, 3);
+    }
+    const int u = q + 4;  // low 2 bits in qs, bit 2 in hmask (set: no -4)
+    qs[k23_byte(i)] |= static_cast<uint8_t>((u & 3) << k23_shift(i));
+    hmask[16 * ((i / 16) % 2) + i % 16] |= static_cast<uint8_t>((u >> 2) << ((i / 16) / 2));
+  }
+}
+
 }  // namespace
 
 void quantize_row(Type type, const float* x, void* dst, size_t n) {
@@ -315,6 +392,12 @@ void quantize_row(Type type, const float* x, void* dst, size_t n) {
         break;
       case Type::kQ6_K:
         quantize_q6_k(x, b);
+        break;
+      case Type::kQ2_K:
+        quantize_q2_k(x, b);
+        break;
+      case Type::kQ3_K:
+        quantize_q3_k(x, b);
         break;
       case Type::kF8E4M3:
         break;

@@ -34,7 +34,8 @@ std::string data_path(const std::string& name) {
 
 constexpr quant::Type kBlockTypes[] = {quant::Type::kQ8_0, quant::Type::kQ4_0, quant::Type::kQ4_1,
                                        quant::Type::kQ5_0, quant::Type::kQ5_1, quant::Type::kQ4_K,
-                                       quant::Type::kQ5_K, quant::Type::kQ6_K};
+                                       quant::Type::kQ5_K, quant::Type::kQ6_K, quant::Type::kQ2_K,
+                                       quant::Type::kQ3_K};
 
 DType kernel_dtype(quant::Type t) {
   return static_cast<DType>(static_cast<int>(DType::kQ8_0) + static_cast<int>(t));
@@ -101,6 +102,12 @@ TEST_P(QuantType, QuantizerErrorIsBounded) {
       break;
     case quant::Type::kQ6_K:
       bound = 0.025;
+      break;
+    case quant::Type::kQ3_K:  // 8 levels per sub-block of 16
+      bound = 0.2;
+      break;
+    case quant::Type::kQ2_K:  // 4 levels
+      bound = 0.4;
       break;
     case quant::Type::kQ5_0:
     case quant::Type::kQ5_1:

@@ -236,13 +236,13 @@ TEST(GgufReader, RejectsBadTensorTypes) {
 
 TEST(GgufReader, UnsupportedTypesParseButCannotBeViewed) {
   HandGguf g;
-  g.tensors = {{"k", {256}, 10, 0}};  // Q2_K: 84 bytes per 256
+  g.tensors = {{"k", {256}, 16, 0}};  // IQ2_XXS: 66 bytes per 256
   g.data_bytes = 96;
   const GgufFile f = g.parse();
-  EXPECT_EQ(f.tensor_infos()[0].type_name, "Q2_K");
-  EXPECT_EQ(f.tensor_infos()[0].nbytes, 84u);
+  EXPECT_EQ(f.tensor_infos()[0].type_name, "IQ2_XXS");
+  EXPECT_EQ(f.tensor_infos()[0].nbytes, 66u);
   EXPECT_FALSE(f.tensor_infos()[0].dtype.has_value());
-  EXPECT_ERROR_WITH(f.tensor("k"), "tensor 'k'", "type Q2_K is not supported");
+  EXPECT_ERROR_WITH(f.tensor("k"), "tensor 'k'", "type IQ2_XXS is not supported");
 }
 
 // Every block type steermoe computes on is viewed in its stored type with ggml's byte sizes; a
@@ -256,7 +256,8 @@ TEST(GgufReader, BlockTypesAreViewedInPlace) {
   for (const Case& c :
        {Case{2, DType::kQ4_0, 32, 18}, Case{3, DType::kQ4_1, 32, 20}, Case{6, DType::kQ5_0, 32, 22},
         Case{7, DType::kQ5_1, 32, 24}, Case{kQ4_K, DType::kQ4_K, 256, 144},
-        Case{13, DType::kQ5_K, 256, 176}, Case{14, DType::kQ6_K, 256, 210}}) {
+        Case{13, DType::kQ5_K, 256, 176}, Case{14, DType::kQ6_K, 256, 210},
+        Case{10, DType::kQ2_K, 256, 84}, Case{11, DType::kQ3_K, 256, 110}}) {
     SCOPED_TRACE(c.id);
     HandGguf g;
     g.tensors = {{"w", {c.block, 2}, c.id, 0}};
