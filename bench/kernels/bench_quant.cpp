@@ -68,6 +68,12 @@ const steermoe::bench::HugePageArray<uint8_t>& pool(DType t) {
     case DType::kQ6_K:
       offsets = {208};
       break;
+    case DType::kQ2_K:
+      offsets = {80, 82};
+      break;
+    case DType::kQ3_K:
+      offsets = {108};
+      break;
     case DType::kBF16:
       for (size_t i = 0; i + 2 <= p.size(); i += 2) {
         const uint16_t b = f32_to_bf16(static_cast<float>(p[i]) / 256.0f - 0.5f);
@@ -138,8 +144,9 @@ void BM_QuantMatvecVsRead(benchmark::State& state) {
 
 void args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "rows", "cols", "isa"});
-  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ5_K, DType::kQ4_K,
-                  DType::kQ5_0, DType::kQ5_1, DType::kQ4_0, DType::kQ4_1, DType::kF8E4M3}) {
+  for (DType t :
+       {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ5_K, DType::kQ4_K, DType::kQ3_K,
+        DType::kQ2_K, DType::kQ5_0, DType::kQ5_1, DType::kQ4_0, DType::kQ4_1, DType::kF8E4M3}) {
     for (Isa isa : {Isa::kAvx2, best_isa()}) {
       // OLMoE expert gate / up (1024 x 2048); down is 2048 x 1024.
       b->Args({static_cast<int>(t), 1024, 2048, static_cast<int>(isa)});
@@ -188,7 +195,8 @@ void BM_QuantComputeL2(benchmark::State& state) {
 
 void compute_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "n", "isa"});
-  for (DType t : {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ4_K}) {
+  for (DType t :
+       {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ4_K, DType::kQ3_K, DType::kQ2_K}) {
     for (int n : {1, 7, 8, 64}) {
       for (Isa isa : {Isa::kAvx2, best_isa()}) {
         b->Args({static_cast<int>(t), n, static_cast<int>(isa)});

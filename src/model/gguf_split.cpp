@@ -1,7 +1,6 @@
 // llama.cpp's split GGUF models (gguf.hpp: open_gguf_split).
 #include <fmt/format.h>
 
-#include <regex>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,14 +17,28 @@ struct SplitName {
   int count = 0;
 };
 
-// llama.cpp names file i (0-based) of n "%s-%05d-of-%05d.gguf" with i + 1 and n.
+// llama.cpp names file i (0-based) of n "%s-%05d-of-%05d.gguf" with i + 1 and n: the name ends in
+// "-" 5 digits "-of-" 5 digits ".gguf" (the extension in any case, as is_gguf_path). (Parsed by
+// hand: std::regex trips GCC 12's maybe-uninitialized warning under the sanitizer build.)
 std::optional<SplitName> split_name(const std::filesystem::path& path) {
-  static const std::regex pattern(R"(^(.*)-([0-9]{5})-of-([0-9]{5})\.gguf$)",
-                                  std::regex::ECMAScript | std::regex::icase);
-  std::smatch m;
   const std::string s = path.string();
-  if (!std::regex_match(s, m, pattern)) return std::nullopt;
-  SplitName n{m[1].str(), std::stoi(m[2].str()), std::stoi(m[3].str())};
+  constexpr size_t kTail = 1 + 5 + 4 + 5 + 5;  // "-00001-of-00003.gguf"
+  if (s.size() < kTail || !is_gguf_path(path)) return std::nullopt;
+  const size_t at = s.size() - kTail;
+  auto digits = [&](size_t from, int* out) {
+    int v = 0;
+    for (size_t i = from; i < from + 5; ++i) {
+      if (s[i] < '0' || s[i] > '9') return false;
+      v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+  };
+  SplitName n;
+  if (s[at] != '-' || s.compare(at + 6, 4, "-of-") != 0 || !digits(at + 1, &n.number) ||
+      !digits(at + 10, &n.count))
+    return std::nullopt;
+  n.prefix = s.substr(0, at);
   if (n.count < 1 || n.number < 1 || n.number > n.count) return std::nullopt;
   return n;
 }
