@@ -239,14 +239,20 @@ void quantize_k45(const float* x, uint8_t* b, bool five) {
   }
 }
 
-void quantize_q6_k(const float* x, uint8_t* b) {
-  float s[16];
+// The 16 sub-blocks of 16 of a K super-block fitted as s q with q in [-nmax, nmax - 1]
+// (fit_symmetric), and the super-block scale d (f16) that brings the largest |s| to `levels`.
+float fit_sub_scales(const float* x, int nmax, float levels, float* s) {
   float amax = 0.0f;
   for (int k = 0; k < 16; ++k) {
-    s[k] = fit_symmetric(x + 16 * k, 16, 32);
+    s[k] = fit_symmetric(x + 16 * k, 16, nmax);
     amax = std::max(amax, std::fabs(s[k]));
   }
-  const float d = f16_to_f32(f32_to_f16(amax / 127.0f));
+  return f16_to_f32(f32_to_f16(amax / levels));
+}
+
+void quantize_q6_k(const float* x, uint8_t* b) {
+  float s[16];
+  const float d = fit_sub_scales(x, 32, 127.0f, s);
   uint8_t* ql = b;
   uint8_t* qh = b + 128;
   auto* sc = reinterpret_cast<int8_t*>(b + 192);
@@ -315,12 +321,7 @@ void quantize_q2_k(const float* x, uint8_t* b) {
 // (signed, stored + 32) under the super-block's d.
 void quantize_q3_k(const float* x, uint8_t* b) {
   float s[16];
-  float amax = 0.0f;
-  for (int k = 0; k < 16; ++k) {
-    s[k] = fit_symmetric(x + 16 * k, 16, 4);
-    amax = std::max(amax, std::fabs(s[k]));
-  }
-  const float d = f16_to_f32(f32_to_f16(amax / 31.0f));
+  const float d = fit_sub_scales(x, 4, 31.0f, s);
   uint8_t* hmask = b;
   uint8_t* qs = b + 32;
   uint8_t* scales = b + 96;
