@@ -1,6 +1,7 @@
 // llama.cpp's split GGUF models (gguf.hpp: open_gguf_split).
 #include <fmt/format.h>
 
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12,8 +13,9 @@ namespace steermoe::model {
 namespace {
 
 struct SplitName {
-  std::string prefix;  // the path up to "-00001-of-0000N.gguf"
-  int number = 0;      // 1-based, as in the name
+  std::string prefix;     // the path up to "-00001-of-0000N.gguf"
+  std::string extension;  // ".gguf" as spelled in the name (".GGUF" too)
+  int number = 0;         // 1-based, as in the name
   int count = 0;
 };
 
@@ -39,12 +41,13 @@ std::optional<SplitName> split_name(const std::filesystem::path& path) {
       !digits(at + 10, &n.count))
     return std::nullopt;
   n.prefix = s.substr(0, at);
+  n.extension = s.substr(s.size() - 5);
   if (n.count < 1 || n.number < 1 || n.number > n.count) return std::nullopt;
   return n;
 }
 
-std::filesystem::path split_path(const std::string& prefix, int number, int count) {
-  return fmt::format("{}-{:05d}-of-{:05d}.gguf", prefix, number, count);
+std::filesystem::path split_path(const SplitName& name, int number, int count) {
+  return fmt::format("{}-{:05d}-of-{:05d}{}", name.prefix, number, count, name.extension);
 }
 
 // split.no / split.count: uint16 as llama.cpp writes them (any integer type read, range checked).
@@ -60,7 +63,7 @@ int split_key(const GgufFile& f, const char* key, int64_t max) {
 
 std::filesystem::path gguf_split_first(const std::filesystem::path& path) {
   const std::optional<SplitName> n = split_name(path);
-  return n ? split_path(n->prefix, 1, n->count) : path;
+  return n ? split_path(*n, 1, n->count) : path;
 }
 
 std::vector<GgufFile> open_gguf_split(const std::filesystem::path& path, const GgufLimits& limits) {
@@ -87,7 +90,7 @@ std::vector<GgufFile> open_gguf_split(const std::filesystem::path& path, const G
     fail(head.name(), "metadata key 'split.no'", "expected 0 in the first file, found {}",
          split_key(head, "split.no", 65535));
   for (int i = 1; i < count; ++i) {
-    const std::filesystem::path p = split_path(name->prefix, i + 1, count);
+    const std::filesystem::path p = split_path(*name, i + 1, count);
     std::error_code ec;
     if (!std::filesystem::exists(p, ec))
       fail(p.string(), "file", "missing: {} is file 1 of {} of a split model", head.name(), count);

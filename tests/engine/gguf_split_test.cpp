@@ -100,6 +100,14 @@ TEST(GgufSplit, LoadsFromAnyFileAndDecodesTheSameBits) {
     EXPECT_EQ(tokenizer::Tokenizer::load(named).size(), tokenizer::Tokenizer::load(kOracle).size());
   }
   EXPECT_EQ(gguf_split_first(files[1]), files[0]);
+  // The extension as the files spell it: a set named .GGUF is found as such.
+  std::vector<fs::path> upper;
+  for (const fs::path& f : files) {
+    upper.push_back(fs::path(f).replace_extension(".GGUF"));
+    fs::rename(f, upper.back());
+  }
+  EXPECT_EQ(Model::load(upper[1])->gguf_files().size(), 3u);
+  EXPECT_EQ(gguf_split_first(upper[2]), upper[0]);
   EXPECT_EQ(gguf_split_first(kOracle), kOracle);  // not a split name: itself
 }
 
