@@ -36,7 +36,7 @@ import sys
 import time
 
 LLAMA_TYPES = {"bf16": None, "q8_0": "Q8_0", "q4_k_m": "Q4_K_M", "q6_k": "Q6_K", "q4_0": "Q4_0",
-               "q4_k_s": "Q4_K_S", "q5_k_m": "Q5_K_M"}
+               "q4_k_s": "Q4_K_S", "q5_k_m": "Q5_K_M", "q2_k": "Q2_K", "q3_k_m": "Q3_K_M"}
 
 
 def log(*a):

@@ -1,5 +1,6 @@
 // Block-quantized products, AVX-512 VNNI: vpdpbusd (u8 x s8 quads summed into int32 in one
-// instruction) on ymm for most types, on zmm with multi-input tiles for Q8_0, Q4_K and Q6_K.
+// instruction) on ymm for most types, on zmm with multi-input tiles for Q8_0, Q2_K, Q3_K, Q4_K and
+// Q6_K.
 #include <algorithm>
 #include <cstring>
 
@@ -78,11 +79,10 @@ const QuantOps& vnni_quant_ops() {
                    zt_q4_k<7>, zt_q4_k<8>>(DType::kQ4_K);
     set.operator()<zt_q6_k<1>, zt_q6_k<2>, zt_q6_k<3>, zt_q6_k<4>, zt_q6_k<5>, zt_q6_k<6>,
                    zt_q6_k<7>, zt_q6_k<8>>(DType::kQ6_K);
-    // Q2_K and Q3_K: the ymm tiles of quant_simd.inc (no zmm ones yet).
-    set.operator()<qt1_q2_k, qt_q2_k<2>, qt_q2_k<3>, qt_q2_k<4>, qt_q2_k<5>, qt_q2_k<6>, qt_q2_k<7>,
-                   qt_q2_k<8>>(DType::kQ2_K);
-    set.operator()<qt1_q3_k, qt_q3_k<2>, qt_q3_k<3>, qt_q3_k<4>, qt_q3_k<5>, qt_q3_k<6>, qt_q3_k<7>,
-                   qt_q3_k<8>>(DType::kQ3_K);
+    set.operator()<zt_q2_k<1>, zt_q2_k<2>, zt_q2_k<3>, zt_q2_k<4>, zt_q2_k<5>, zt_q2_k<6>,
+                   zt_q2_k<7>, zt_q2_k<8>>(DType::kQ2_K);
+    set.operator()<zt_q3_k<1>, zt_q3_k<2>, zt_q3_k<3>, zt_q3_k<4>, zt_q3_k<5>, zt_q3_k<6>,
+                   zt_q3_k<7>, zt_q3_k<8>>(DType::kQ3_K);
     o.dot_fp8 = z_dot_fp8;
     return o;
   }();

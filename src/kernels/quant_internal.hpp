@@ -32,8 +32,8 @@ size_t act_bytes(size_t n);
 // implementation produces the same bits (the scalar one is the reference).
 using QuantizeActFn = ActQ8 (*)(const float* x, size_t n, void* scratch);
 ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch);
-// The scalar Q2_K / Q3_K products (quant_scalar.cpp): every kernel table uses them (no SIMD
-// version yet).
+// The scalar Q2_K / Q3_K products (quant_scalar.cpp): the reference the SIMD kernels
+// (quant_simd.inc on ymm, quant_avx512_tiles.inc on zmm) are tested against.
 float dot_q2_k(const uint8_t* row, const ActQ8& a, size_t cols);
 float dot_q3_k(const uint8_t* row, const ActQ8& a, size_t cols);
 
