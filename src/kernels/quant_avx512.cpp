@@ -1,6 +1,6 @@
 // Block-quantized products, AVX-512 VNNI: vpdpbusd (u8 x s8 quads summed into int32 in one
-// instruction) on ymm for most types, on zmm with multi-input tiles for Q8_0, Q2_K, Q3_K, Q4_K and
-// Q6_K.
+// instruction) on ymm for the 32-element block types (Q4_0 .. Q5_1), on zmm with multi-input
+// tiles for Q8_0 and the K-quants.
 #include <algorithm>
 #include <cstring>
 
@@ -77,6 +77,8 @@ const QuantOps& vnni_quant_ops() {
         DType::kQ8_0);
     set.operator()<zt_q4_k<1>, zt_q4_k<2>, zt_q4_k<3>, zt_q4_k<4>, zt_q4_k<5>, zt_q4_k<6>,
                    zt_q4_k<7>, zt_q4_k<8>>(DType::kQ4_K);
+    set.operator()<zt_q5_k<1>, zt_q5_k<2>, zt_q5_k<3>, zt_q5_k<4>, zt_q5_k<5>, zt_q5_k<6>,
+                   zt_q5_k<7>, zt_q5_k<8>>(DType::kQ5_K);
     set.operator()<zt_q6_k<1>, zt_q6_k<2>, zt_q6_k<3>, zt_q6_k<4>, zt_q6_k<5>, zt_q6_k<6>,
                    zt_q6_k<7>, zt_q6_k<8>>(DType::kQ6_K);
     set.operator()<zt_q2_k<1>, zt_q2_k<2>, zt_q2_k<3>, zt_q2_k<4>, zt_q2_k<5>, zt_q2_k<6>,
