@@ -75,6 +75,19 @@ const QuantOps& vnni_quant_ops() {
     set.operator()<zt_q8_0<1>, zt_q8_0_multi<2>, zt_q8_0_multi<3>, zt_q8_0_multi<4>,
                    zt_q8_0_multi<5>, zt_q8_0_multi<6>, zt_q8_0_multi<7>, zt_q8_0_multi<8>>(
         DType::kQ8_0);
+    set.
+    operator()<zt_legacy<1, false, false>, zt_legacy<2, false, false>, zt_legacy<3, false, false>,
+               zt_legacy<4, false, false>, zt_legacy<5, false, false>, zt_legacy<6, false, false>,
+               zt_legacy<7, false, false>, zt_legacy<8, false, false>>(DType::kQ4_0);
+    set.operator()<zt_legacy<1, true, false>, zt_legacy<2, true, false>, zt_legacy<3, true, false>,
+                   zt_legacy<4, true, false>, zt_legacy<5, true, false>, zt_legacy<6, true, false>,
+                   zt_legacy<7, true, false>, zt_legacy<8, true, false>>(DType::kQ4_1);
+    set.operator()<zt_legacy<1, false, true>, zt_legacy<2, false, true>, zt_legacy<3, false, true>,
+                   zt_legacy<4, false, true>, zt_legacy<5, false, true>, zt_legacy<6, false, true>,
+                   zt_legacy<7, false, true>, zt_legacy<8, false, true>>(DType::kQ5_0);
+    set.operator()<zt_legacy<1, true, true>, zt_legacy<2, true, true>, zt_legacy<3, true, true>,
+                   zt_legacy<4, true, true>, zt_legacy<5, true, true>, zt_legacy<6, true, true>,
+                   zt_legacy<7, true, true>, zt_legacy<8, true, true>>(DType::kQ5_1);
     set.operator()<zt_q4_k<1>, zt_q4_k<2>, zt_q4_k<3>, zt_q4_k<4>, zt_q4_k<5>, zt_q4_k<6>,
                    zt_q4_k<7>, zt_q4_k<8>>(DType::kQ4_K);
     set.operator()<zt_q5_k<1>, zt_q5_k<2>, zt_q5_k<3>, zt_q5_k<4>, zt_q5_k<5>, zt_q5_k<6>,
