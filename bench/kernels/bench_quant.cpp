@@ -196,7 +196,8 @@ void BM_QuantComputeL2(benchmark::State& state) {
 void compute_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"dtype", "n", "isa"});
   for (DType t :
-       {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ4_K, DType::kQ3_K, DType::kQ2_K}) {
+       {DType::kBF16, DType::kQ8_0, DType::kQ6_K, DType::kQ5_K, DType::kQ4_K, DType::kQ3_K,
+        DType::kQ2_K, DType::kQ5_1, DType::kQ5_0, DType::kQ4_1, DType::kQ4_0}) {
     for (int n : {1, 7, 8, 64}) {
       for (Isa isa : {Isa::kAvx2, best_isa()}) {
         b->Args({static_cast<int>(t), n, static_cast<int>(isa)});
