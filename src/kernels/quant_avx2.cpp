@@ -1,5 +1,6 @@
 // Block-quantized products, AVX2: maddubs (u8 x s8 -> pairs of int16, exact for these ranges) then
-// madd with ones; multi-input tiles for Q8_0, Q4_K and Q6_K (quant_ymm_tiles.inc).
+// madd with ones; multi-input tiles for every block type (Q8_0, Q4_K, Q5_K and Q6_K in
+// quant_ymm_tiles.inc, the others in quant_simd.inc).
 #include <algorithm>
 #include <cstring>
 
@@ -45,6 +46,20 @@ const QuantOps& avx2_quant_ops() {
                    yt_q8_0<7>, yt_q8_0<8>>(DType::kQ8_0);
     set.operator()<yt_q4_k<1>, yt_q4_k<2>, yt_q4_k<3>, yt_q4_k<4>, yt_q4_k<5>, yt_q4_k<6>,
                    yt_q4_k<7>, yt_q4_k<8>>(DType::kQ4_K);
+    set.operator()<yt_q5_k<1>, yt_q5_k<2>, yt_q5_k<3>, yt_q5_k<4>, yt_q5_k<5>, yt_q5_k<6>,
+                   yt_q5_k<7>, yt_q5_k<8>>(DType::kQ5_K);
+    set.operator()<qt1_x_0<false>, qt_x_0<2, false>, qt_x_0<3, false>, qt_x_0<4, false>,
+                   qt_x_0<5, false>, qt_x_0<6, false>, qt_x_0<7, false>, qt_x_0<8, false>>(
+        DType::kQ4_0);
+    set.operator()<qt1_x_1<false>, qt_x_1<2, false>, qt_x_1<3, false>, qt_x_1<4, false>,
+                   qt_x_1<5, false>, qt_x_1<6, false>, qt_x_1<7, false>, qt_x_1<8, false>>(
+        DType::kQ4_1);
+    set.operator()<qt1_x_0<true>, qt_x_0<2, true>, qt_x_0<3, true>, qt_x_0<4, true>,
+                   qt_x_0<5, true>, qt_x_0<6, true>, qt_x_0<7, true>, qt_x_0<8, true>>(
+        DType::kQ5_0);
+    set.operator()<qt1_x_1<true>, qt_x_1<2, true>, qt_x_1<3, true>, qt_x_1<4, true>,
+                   qt_x_1<5, true>, qt_x_1<6, true>, qt_x_1<7, true>, qt_x_1<8, true>>(
+        DType::kQ5_1);
     set.operator()<yt_q6_k<1>, yt_q6_k<2>, yt_q6_k<3>, yt_q6_k<4>, yt_q6_k<5>, yt_q6_k<6>,
                    yt_q6_k<7>, yt_q6_k<8>>(DType::kQ6_K);
     set.operator()<qt1_q2_k, qt_q2_k<2>, qt_q2_k<3>, qt_q2_k<4>, qt_q2_k<5>, qt_q2_k<6>, qt_q2_k<7>,
