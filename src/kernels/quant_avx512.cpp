@@ -1,6 +1,6 @@
 // Block-quantized products, AVX-512 VNNI: vpdpbusd (u8 x s8 quads summed into int32 in one
-// instruction) on ymm for the 32-element block types (Q4_0 .. Q5_1), on zmm with multi-input
-// tiles for Q8_0 and the K-quants.
+// instruction) on zmm, with multi-input tiles, for every block type; FP8 on zmm too. The ymm
+// table of quant_simd.inc is the base the zmm kernels replace (its activation quantizer stays).
 #include <algorithm>
 #include <cstring>
 
@@ -20,9 +20,8 @@ struct IntDot {
   }
 };
 
-// Prefetch distance of the single-row ymm kernels (Q4_0/Q4_1/Q5_0/Q5_1, Q5_K), as on AVX2
-// (quant_avx2.cpp); measured here with bench_quant VsRead (bench/kernels/README.md).
-#define SM_QPREFETCH_AHEAD 3072
+// No SM_QPREFETCH_AHEAD: every block type's zmm kernel below replaces the ymm single-row ones
+// (their prefetch distances are in quant_avx512_tiles.inc).
 #include "kernels/quant_simd.inc"
 // After quant_simd.inc: the tiles use its helpers (q_load, q_f16, q_hsum).
 #include "kernels/quant_avx512_tiles.inc"  // NOLINT(build/include_order)
