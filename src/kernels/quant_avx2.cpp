@@ -48,16 +48,16 @@ const QuantOps& avx2_quant_ops() {
                    yt_q4_k<7>, yt_q4_k<8>>(DType::kQ4_K);
     set.operator()<yt_q5_k<1>, yt_q5_k<2>, yt_q5_k<3>, yt_q5_k<4>, yt_q5_k<5>, yt_q5_k<6>,
                    yt_q5_k<7>, yt_q5_k<8>>(DType::kQ5_K);
-    set.operator()<qt1_x_0<false>, qt_x_0<2, false>, qt_x_0<3, false>, qt_x_0<4, false>,
+    set.operator()<qt_x_0<1, false>, qt_x_0<2, false>, qt_x_0<3, false>, qt_x_0<4, false>,
                    qt_x_0<5, false>, qt_x_0<6, false>, qt_x_0<7, false>, qt_x_0<8, false>>(
         DType::kQ4_0);
-    set.operator()<qt1_x_1<false>, qt_x_1<2, false>, qt_x_1<3, false>, qt_x_1<4, false>,
+    set.operator()<qt_x_1<1, false>, qt_x_1<2, false>, qt_x_1<3, false>, qt_x_1<4, false>,
                    qt_x_1<5, false>, qt_x_1<6, false>, qt_x_1<7, false>, qt_x_1<8, false>>(
         DType::kQ4_1);
-    set.operator()<qt1_x_0<true>, qt_x_0<2, true>, qt_x_0<3, true>, qt_x_0<4, true>,
+    set.operator()<qt_x_0<1, true>, qt_x_0<2, true>, qt_x_0<3, true>, qt_x_0<4, true>,
                    qt_x_0<5, true>, qt_x_0<6, true>, qt_x_0<7, true>, qt_x_0<8, true>>(
         DType::kQ5_0);
-    set.operator()<qt1_x_1<true>, qt_x_1<2, true>, qt_x_1<3, true>, qt_x_1<4, true>,
+    set.operator()<qt_x_1<1, true>, qt_x_1<2, true>, qt_x_1<3, true>, qt_x_1<4, true>,
                    qt_x_1<5, true>, qt_x_1<6, true>, qt_x_1<7, true>, qt_x_1<8, true>>(
         DType::kQ5_1);
     set.operator()<yt_q6_k<1>, yt_q6_k<2>, yt_q6_k<3>, yt_q6_k<4>, yt_q6_k<5>, yt_q6_k<6>,
