@@ -62,10 +62,10 @@ const QuantOps& avx2_quant_ops() {
         DType::kQ5_1);
     set.operator()<yt_q6_k<1>, yt_q6_k<2>, yt_q6_k<3>, yt_q6_k<4>, yt_q6_k<5>, yt_q6_k<6>,
                    yt_q6_k<7>, yt_q6_k<8>>(DType::kQ6_K);
-    set.operator()<qt1_q2_k, qt_q2_k<2>, qt_q2_k<3>, qt_q2_k<4>, qt_q2_k<5>, qt_q2_k<6>, qt_q2_k<7>,
-                   qt_q2_k<8>>(DType::kQ2_K);
-    set.operator()<qt1_q3_k, qt_q3_k<2>, qt_q3_k<3>, qt_q3_k<4>, qt_q3_k<5>, qt_q3_k<6>, qt_q3_k<7>,
-                   qt_q3_k<8>>(DType::kQ3_K);
+    set.operator()<qt_q2_k<1>, qt_q2_k<2>, qt_q2_k<3>, qt_q2_k<4>, qt_q2_k<5>, qt_q2_k<6>,
+                   qt_q2_k<7>, qt_q2_k<8>>(DType::kQ2_K);
+    set.operator()<qt_q3_k<1>, qt_q3_k<2>, qt_q3_k<3>, qt_q3_k<4>, qt_q3_k<5>, qt_q3_k<6>,
+                   qt_q3_k<7>, qt_q3_k<8>>(DType::kQ3_K);
     return o;
   }();
   return ops;
