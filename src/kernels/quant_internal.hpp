@@ -24,6 +24,11 @@ struct ActQ8 {
   // kernels load them as operands instead of shuffling per weight row:
   const float* d8 = nullptr;     // the scale of element 4k's block (each d repeated 8 times)
   const int32_t* nq4 = nullptr;  // -(q[4k] + .. + q[4k + 3]): offsets unsigned weight bytes
+  // q with each whole 256-element block's 4-byte groups interleaved (interleave_k), so that a
+  // zmm K-quant kernel's step c takes elements 16k + 4c .. 16k + 4c + 3 into lane k and its four
+  // steps accumulate into one vector whose lane k sums elements 16k .. 16k + 15 (no shuffles per
+  // input). Elements past the last whole 256 are not stored.
+  const int8_t* qk = nullptr;
 };
 
 // Bytes of scratch an ActQ8 of n elements needs.
@@ -32,6 +37,11 @@ size_t act_bytes(size_t n);
 // implementation produces the same bits (the scalar one is the reference).
 using QuantizeActFn = ActQ8 (*)(const float* x, size_t n, void* scratch);
 ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch);
+// Where ActQ8::qk lives in an ActQ8's scratch of n elements (every quantizer carves it there).
+int8_t* act_qk(void* scratch, size_t n);
+// qk from q (n elements): for every whole 256-element block, byte 64c + 4k + i of the block is
+// element 16k + 4c + i (c < 4, k < 16, i < 4).
+void interleave_k(const int8_t* q, size_t n, int8_t* qk);
 // The scalar Q2_K / Q3_K products (quant_scalar.cpp): the reference the SIMD kernels
 // (quant_simd.inc on ymm, quant_avx512_tiles.inc on zmm) are tested against.
 float dot_q2_k(const uint8_t* row, const ActQ8& a, size_t cols);

@@ -195,7 +195,20 @@ float dot_fp8(const uint8_t* row, const float* scales, const float* x, size_t co
 
 size_t act_bytes(size_t n) {
   return align64(n) + 2 * align64(n / 32 * sizeof(float)) + align64(n / 16 * sizeof(float)) +
-         2 * align64(n / 4 * sizeof(float));
+         2 * align64(n / 4 * sizeof(float)) + align64(n);
+}
+
+int8_t* act_qk(void* scratch, size_t n) {
+  return static_cast<int8_t*>(scratch) + act_bytes(n) - align64(n);
+}
+
+void interleave_k(const int8_t* q, size_t n, int8_t* qk) {
+  for (size_t b = 0; b + 256 <= n; b += 256) {
+    for (size_t c = 0; c < 4; ++c) {
+      for (size_t k = 0; k < 16; ++k)
+        std::memcpy(qk + b + 64 * c + 4 * k, q + b + 16 * k + 4 * c, 4);
+    }
+  }
 }
 
 namespace {
@@ -257,7 +270,9 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch) {
       l.nq4[b * 8 + k] = -(quad[0] + quad[1] + quad[2] + quad[3]);
     }
   }
-  return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4};
+  int8_t* qk = act_qk(scratch, n);
+  interleave_k(l.q, n, qk);
+  return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4, qk};
 }
 
 const QuantOps& scalar_quant_ops() {

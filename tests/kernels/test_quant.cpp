@@ -308,6 +308,12 @@ TEST(QuantActivations, SimdQuantizerIsBitIdenticalToScalar) {
     EXPECT_EQ(std::memcmp(a.s16, b.s16, n / 16 * 4), 0);
     EXPECT_EQ(std::memcmp(a.d8, b.d8, n / 4 * 4), 0);
     EXPECT_EQ(std::memcmp(a.nq4, b.nq4, n / 4 * 4), 0);
+    EXPECT_EQ(std::memcmp(a.qk, b.qk, n), 0);
+  }
+  // The interleaved copy against its definition.
+  for (size_t e = 0; e < n; ++e) {
+    const size_t b = e / 256, c = e % 256 / 64, k = e % 64 / 4, i = e % 4;
+    EXPECT_EQ(a.qk[e], a.q[256 * b + 16 * k + 4 * c + i]) << e;
   }
   // The per-quad fields against their definitions.
   for (size_t k = 0; k < n / 4; ++k) {
