@@ -24,10 +24,11 @@ struct ActQ8 {
   // kernels load them as operands instead of shuffling per weight row:
   const float* d8 = nullptr;     // the scale of element 4k's block (each d repeated 8 times)
   const int32_t* nq4 = nullptr;  // -(q[4k] + .. + q[4k + 3]): offsets unsigned weight bytes
-  // q with each whole 256-element block's 4-byte groups interleaved (interleave_k), so that a
-  // zmm K-quant kernel's step c takes elements 16k + 4c .. 16k + 4c + 3 into lane k and its four
-  // steps accumulate into one vector whose lane k sums elements 16k .. 16k + 15 (no shuffles per
-  // input). Elements past the last whole 256 are not stored.
+  // q with each whole 256-element block's 4-byte groups interleaved (interleave_k), so that in a
+  // zmm tile of several inputs (K-quants, Q4_0 / Q4_1 / Q5_0 / Q5_1) step c takes elements
+  // 16k + 4c .. 16k + 4c + 3 into lane k and four steps accumulate into one vector whose lane k
+  // sums elements 16k .. 16k + 15 (no shuffles per input). Elements past the last whole 256 are
+  // not stored (and not read).
   const int8_t* qk = nullptr;
 };
 
