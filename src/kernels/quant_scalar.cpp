@@ -193,9 +193,39 @@ float dot_fp8(const uint8_t* row, const float* scales, const float* x, size_t co
 
 }  // namespace
 
+namespace {
+// Bytes of ActQ8::s8: 16 int16 per group of four blocks (a partial group padded with zeros).
+size_t s8_bytes(size_t n) {
+  return align64((n / 32 + 3) / 4 * 16 * sizeof(int16_t));
+}
+}  // namespace
+
 size_t act_bytes(size_t n) {
   return align64(n) + 2 * align64(n / 32 * sizeof(float)) + align64(n / 16 * sizeof(float)) +
-         2 * align64(n / 4 * sizeof(float)) + align64(n);
+         2 * align64(n / 4 * sizeof(float)) + s8_bytes(n) + align64(n);
+}
+
+int16_t* act_s8(void* scratch, size_t n) {
+  return reinterpret_cast<int16_t*>(act_qk(scratch, n) - s8_bytes(n));
+}
+
+void octet_sums(const int8_t* q, size_t n, int16_t* s8) {
+  const size_t blocks = n / 32;
+  const size_t groups = (blocks + 3) / 4;
+  for (size_t g = 0; g < groups; ++g) {
+    for (size_t h = 0; h < 2; ++h) {
+      for (size_t j = 0; j < 4; ++j) {
+        for (size_t t = 0; t < 2; ++t) {
+          int sum = 0;
+          if (4 * g + j < blocks) {
+            const int8_t* e = q + 32 * (4 * g + j) + 16 * h + 8 * t;
+            for (int i = 0; i < 8; ++i) sum += e[i];
+          }
+          s8[16 * g + 8 * h + 2 * j + t] = static_cast<int16_t>(sum);
+        }
+      }
+    }
+  }
 }
 
 int8_t* act_qk(void* scratch, size_t n) {
@@ -272,7 +302,9 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch) {
   }
   int8_t* qk = act_qk(scratch, n);
   interleave_k(l.q, n, qk);
-  return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4, qk};
+  int16_t* s8 = act_s8(scratch, n);
+  octet_sums(l.q, n, s8);
+  return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4, qk, s8};
 }
 
 const QuantOps& scalar_quant_ops() {

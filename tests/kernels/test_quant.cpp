@@ -309,6 +309,16 @@ TEST(QuantActivations, SimdQuantizerIsBitIdenticalToScalar) {
     EXPECT_EQ(std::memcmp(a.d8, b.d8, n / 4 * 4), 0);
     EXPECT_EQ(std::memcmp(a.nq4, b.nq4, n / 4 * 4), 0);
     EXPECT_EQ(std::memcmp(a.qk, b.qk, n), 0);
+    EXPECT_EQ(std::memcmp(a.s8, b.s8, n / 32 / 4 * 16 * sizeof(int16_t)), 0);
+  }
+  // The sums of 8 against their definition (q_hadd4's lane order per group of four blocks).
+  for (size_t g = 0; g < n / 128; ++g) {
+    for (size_t e = 0; e < 16; ++e) {
+      const size_t h = e / 8, j = e % 8 / 2, t = e % 2;
+      int sum = 0;
+      for (size_t i = 0; i < 8; ++i) sum += a.q[32 * (4 * g + j) + 16 * h + 8 * t + i];
+      EXPECT_EQ(a.s8[16 * g + e], sum) << g << " " << e;
+    }
   }
   // The interleaved copy against its definition.
   for (size_t e = 0; e < n; ++e) {
