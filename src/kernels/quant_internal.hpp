@@ -31,8 +31,9 @@ struct ActQ8 {
   // not stored (and not read).
   const int8_t* qk = nullptr;
   // Sums of each 8 consecutive q (int16), 16 per group of 4 blocks in q_hadd4's lane order
-  // (octet_sums), zeros past the last block: the ymm Q4_0 / Q5_0 kernels multiply the unsigned
-  // q and take 8 (16) times these off, exactly, instead of making each weight signed.
+  // (octet_sums), zeros past the last block: the ymm Q4_0 / Q5_0 / Q3_K / Q6_K kernels multiply
+  // the unsigned q and take 8 / 16 / 4 / 32 times these off, exactly, instead of making each
+  // weight signed.
   const int16_t* s8 = nullptr;
 };
 
@@ -49,9 +50,10 @@ int8_t* act_qk(void* scratch, size_t n);
 void interleave_k(const int8_t* q, size_t n, int8_t* qk);
 // Where ActQ8::s8 lives in an ActQ8's scratch of n elements, and s8 from q: for group g of four
 // 32-element blocks, s8[16 g + 8 h + 2 j + t] sums elements 32 (4 g + j) + 16 h + 8 t .. + 7
-// (h, t < 2, j < 4); blocks past n / 32 give 0.
+// (h, t < 2, j < 4); blocks past n / 32 give 0. Derived from the quad sums (ActQ8::nq4, already
+// computed), two quads per entry.
 int16_t* act_s8(void* scratch, size_t n);
-void octet_sums(const int8_t* q, size_t n, int16_t* s8);
+void octet_sums(const int32_t* nq4, size_t n, int16_t* s8);
 // The scalar Q2_K / Q3_K products (quant_scalar.cpp): the reference the SIMD kernels
 // (quant_simd.inc on ymm, quant_avx512_tiles.inc on zmm) are tested against.
 float dot_q2_k(const uint8_t* row, const ActQ8& a, size_t cols);

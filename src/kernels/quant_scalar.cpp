@@ -209,21 +209,14 @@ int16_t* act_s8(void* scratch, size_t n) {
   return reinterpret_cast<int16_t*>(act_qk(scratch, n) - s8_bytes(n));
 }
 
-void octet_sums(const int8_t* q, size_t n, int16_t* s8) {
+void octet_sums(const int32_t* nq4, size_t n, int16_t* s8) {
   const size_t blocks = n / 32;
   const size_t groups = (blocks + 3) / 4;
   for (size_t g = 0; g < groups; ++g) {
-    for (size_t h = 0; h < 2; ++h) {
-      for (size_t j = 0; j < 4; ++j) {
-        for (size_t t = 0; t < 2; ++t) {
-          int sum = 0;
-          if (4 * g + j < blocks) {
-            const int8_t* e = q + 32 * (4 * g + j) + 16 * h + 8 * t;
-            for (int i = 0; i < 8; ++i) sum += e[i];
-          }
-          s8[16 * g + 8 * h + 2 * j + t] = static_cast<int16_t>(sum);
-        }
-      }
+    for (size_t e = 0; e < 16; ++e) {
+      const size_t h = e / 8, j = e % 8 / 2, t = e % 2;
+      const size_t quad = 8 * (4 * g + j) + 4 * h + 2 * t;  // elements 4 quad .. 4 quad + 7
+      s8[16 * g + e] = 4 * g + j < blocks ? static_cast<int16_t>(-(nq4[quad] + nq4[quad + 1])) : 0;
     }
   }
 }
@@ -303,7 +296,7 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch) {
   int8_t* qk = act_qk(scratch, n);
   interleave_k(l.q, n, qk);
   int16_t* s8 = act_s8(scratch, n);
-  octet_sums(l.q, n, s8);
+  octet_sums(l.nq4, n, s8);
   return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4, qk, s8};
 }
 
