@@ -35,6 +35,12 @@ struct ActQ8 {
   // the unsigned q and take 8 / 16 / 4 / 32 times these off, exactly, instead of making each
   // weight signed.
   const int16_t* s8 = nullptr;
+  // q with each whole group of four 32-element blocks (128 elements) reordered for the ymm tiles
+  // of several inputs (interleave_y): step c's int16 lane L (a maddubs pair) holds two elements
+  // of the 8 that q_hadd4's lane L sums, so four steps' pair sums added lane by lane (three
+  // vpaddw) give q_hadd4's lanes without its three horizontal adds per input. Elements past the
+  // last whole group are not stored (and not read).
+  const int8_t* qy = nullptr;
 };
 
 // Bytes of scratch an ActQ8 of n elements needs.
@@ -54,6 +60,11 @@ void interleave_k(const int8_t* q, size_t n, int8_t* qk);
 // computed), two quads per entry.
 int16_t* act_s8(void* scratch, size_t n);
 void octet_sums(const int32_t* nq4, size_t n, int16_t* s8);
+// Where ActQ8::qy lives in an ActQ8's scratch of n elements, and qy from q: for every whole
+// group of 128 elements, byte 32 c + 16 h + 4 s + 2 o + t of the group is element
+// 32 s + 16 h + 8 o + 2 c + t (c, s < 4; h, o, t < 2).
+int8_t* act_qy(void* scratch, size_t n);
+void interleave_y(const int8_t* q, size_t n, int8_t* qy);
 // The scalar Q2_K / Q3_K products (quant_scalar.cpp): the reference the SIMD kernels
 // (quant_simd.inc on ymm, quant_avx512_tiles.inc on zmm) are tested against.
 float dot_q2_k(const uint8_t* row, const ActQ8& a, size_t cols);

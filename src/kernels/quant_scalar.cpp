@@ -202,7 +202,20 @@ size_t s8_bytes(size_t n) {
 
 size_t act_bytes(size_t n) {
   return align64(n) + 2 * align64(n / 32 * sizeof(float)) + align64(n / 16 * sizeof(float)) +
-         2 * align64(n / 4 * sizeof(float)) + s8_bytes(n) + align64(n);
+         2 * align64(n / 4 * sizeof(float)) + align64(n) + s8_bytes(n) + align64(n);
+}
+
+int8_t* act_qy(void* scratch, size_t n) {
+  return reinterpret_cast<int8_t*>(act_s8(scratch, n)) - align64(n);
+}
+
+void interleave_y(const int8_t* q, size_t n, int8_t* qy) {
+  for (size_t g = 0; g + 128 <= n; g += 128) {
+    for (size_t e = 0; e < 128; ++e) {
+      const size_t c = e / 32, h = e % 32 / 16, s = e % 16 / 4, o = e % 4 / 2, t = e % 2;
+      qy[g + e] = q[g + 32 * s + 16 * h + 8 * o + 2 * c + t];
+    }
+  }
 }
 
 int16_t* act_s8(void* scratch, size_t n) {
@@ -297,7 +310,9 @@ ActQ8 quantize_act_scalar(const float* x, size_t n, void* scratch) {
   interleave_k(l.q, n, qk);
   int16_t* s8 = act_s8(scratch, n);
   octet_sums(l.nq4, n, s8);
-  return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4, qk, s8};
+  int8_t* qy = act_qy(scratch, n);
+  interleave_y(l.q, n, qy);
+  return ActQ8{l.q, l.d, l.s32, l.s16, l.d8, l.nq4, qk, s8, qy};
 }
 
 const QuantOps& scalar_quant_ops() {

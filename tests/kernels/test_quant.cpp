@@ -310,6 +310,14 @@ TEST(QuantActivations, SimdQuantizerIsBitIdenticalToScalar) {
     EXPECT_EQ(std::memcmp(a.nq4, b.nq4, n / 4 * 4), 0);
     EXPECT_EQ(std::memcmp(a.qk, b.qk, n), 0);
     EXPECT_EQ(std::memcmp(a.s8, b.s8, n / 32 / 4 * 16 * sizeof(int16_t)), 0);
+    EXPECT_EQ(std::memcmp(a.qy, b.qy, n), 0);
+  }
+  // The ymm-interleaved copy against its definition: byte 32 c + 16 h + 4 s + 2 o + t of each
+  // group of 128 is element 32 s + 16 h + 8 o + 2 c + t.
+  for (size_t e = 0; e < n; ++e) {
+    const size_t g = e / 128, c = e % 128 / 32, h = e % 32 / 16, s = e % 16 / 4, o = e % 4 / 2,
+                 t = e % 2;
+    EXPECT_EQ(a.qy[e], a.q[128 * g + 32 * s + 16 * h + 8 * o + 2 * c + t]) << e;
   }
   // The sums of 8 against their definition (q_hadd4's lane order per group of four blocks).
   for (size_t g = 0; g < n / 128; ++g) {
