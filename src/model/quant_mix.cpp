@@ -1,10 +1,15 @@
-// Rules (after llama.cpp's mixtures, simplified):
+// Rules (after llama.cpp's mixtures in llama_tensor_get_type, simplified):
 // - vectors (norms, correction bias) and routers (ffn_gate_inp): F32 (tiny; routing decisions
 //   are the most sensitive);
-// - _M schemes: the token embedding Q8_0, the output matrix Q6_K, and attn_v plus every
-//   ffn_down (routed, shared, dense) Q6_K in the layers llama.cpp gives more bits (the first and
-//   last eighth and every third layer between); everything else the base type;
-// - plain schemes: every matrix the base type;
+// - every mixture: the token embedding Q8_0 and the output matrix Q6_K;
+// - q4_k_m / q5_k_m: attn_v plus every ffn_down (routed, shared, dense) Q6_K in the layers
+//   llama.cpp gives more bits (the first and last eighth and every third layer between);
+// - q2_k: every ffn_down and attn_output Q3_K, attn_v Q3_K (Q4_K where 4 or more query heads
+//   share a kv head);
+// - q3_k_m: every ffn_down Q4_K (Q5_K in the first sixteenth of the layers), attn_v Q4_K (Q5_K in
+//   the first two layers), attn_output Q4_K;
+// - q3_k_l: every ffn_down, attn_v and attn_output Q5_K;
+// - everything else, and every matrix of a plain scheme, the base type;
 // - a matrix whose rows are not a whole number of the chosen type's blocks falls back to Q8_0
 //   (rows a multiple of 32), else F16, and the fallback is reported.
 #include "model/quant_mix.hpp"
@@ -20,6 +25,45 @@ bool more_bits_layer(int layer, int layers) {
   return layer < layers / 8 || layer >= 7 * layers / 8 || (layer - layers / 8) % 3 == 2;
 }
 
+// The type a mixture gives a matrix slot (before the whole-block fallback).
+DType mixture_dtype(const QuantScheme& scheme, const ModelConfig& config, const TensorSlot& slot) {
+  const int layer = slot.layer, layers = config.layers;
+  const bool down = slot.role == Role::kExpDown || slot.role == Role::kSharedDown ||
+                    slot.role == Role::kDenseDown;
+  const bool wv = slot.role == Role::kWv, wo = slot.role == Role::kWo;
+  switch (slot.role) {
+    case Role::kEmbed:
+      return DType::kQ8_0;
+    case Role::kOutput:
+      return DType::kQ6_K;
+    default:
+      break;
+  }
+  switch (scheme.mix) {
+    case QuantMix::kKM:
+      if ((wv || down) && layer >= 0 && more_bits_layer(layer, layers)) return DType::kQ6_K;
+      break;
+    case QuantMix::kQ2K:
+      if (down || wo) return DType::kQ3_K;
+      if (wv) {
+        const bool grouped = config.kv_heads > 0 && config.heads / config.kv_heads >= 4;
+        return grouped ? DType::kQ4_K : DType::kQ3_K;
+      }
+      break;
+    case QuantMix::kQ3KM:
+      if (down) return layer >= 0 && layer < layers / 16 ? DType::kQ5_K : DType::kQ4_K;
+      if (wv) return layer >= 0 && layer < 2 ? DType::kQ5_K : DType::kQ4_K;
+      if (wo) return DType::kQ4_K;
+      break;
+    case QuantMix::kQ3KL:
+      if (down || wv || wo) return DType::kQ5_K;
+      break;
+    case QuantMix::kNone:
+      break;
+  }
+  return scheme.base;
+}
+
 }  // namespace
 
 std::optional<QuantScheme> parse_quant_scheme(std::string_view name) {
@@ -28,48 +72,35 @@ std::optional<QuantScheme> parse_quant_scheme(std::string_view name) {
   struct Entry {
     const char* name;
     DType base;
-    bool mixture;
+    QuantMix mix;
   };
   static constexpr Entry kEntries[] = {
-      {"q8_0", DType::kQ8_0, false},   {"q4_0", DType::kQ4_0, false},
-      {"q4_1", DType::kQ4_1, false},   {"q5_0", DType::kQ5_0, false},
-      {"q5_1", DType::kQ5_1, false},   {"q4_k", DType::kQ4_K, false},
-      {"q4_k_s", DType::kQ4_K, false}, {"q5_k", DType::kQ5_K, false},
-      {"q5_k_s", DType::kQ5_K, false}, {"q6_k", DType::kQ6_K, false},
-      {"q4_k_m", DType::kQ4_K, true},  {"q5_k_m", DType::kQ5_K, true},
+      {"q8_0", DType::kQ8_0, QuantMix::kNone},   {"q4_0", DType::kQ4_0, QuantMix::kNone},
+      {"q4_1", DType::kQ4_1, QuantMix::kNone},   {"q5_0", DType::kQ5_0, QuantMix::kNone},
+      {"q5_1", DType::kQ5_1, QuantMix::kNone},   {"q4_k", DType::kQ4_K, QuantMix::kNone},
+      {"q4_k_s", DType::kQ4_K, QuantMix::kNone}, {"q5_k", DType::kQ5_K, QuantMix::kNone},
+      {"q5_k_s", DType::kQ5_K, QuantMix::kNone}, {"q6_k", DType::kQ6_K, QuantMix::kNone},
+      {"q4_k_m", DType::kQ4_K, QuantMix::kKM},   {"q5_k_m", DType::kQ5_K, QuantMix::kKM},
+      {"q2_k", DType::kQ2_K, QuantMix::kQ2K},    {"q3_k", DType::kQ3_K, QuantMix::kNone},
+      {"q3_k_s", DType::kQ3_K, QuantMix::kNone}, {"q3_k_m", DType::kQ3_K, QuantMix::kQ3KM},
+      {"q3_k_l", DType::kQ3_K, QuantMix::kQ3KL},
   };
   for (const Entry& e : kEntries) {
-    if (n == e.name) return QuantScheme{e.name, e.base, e.mixture, DType::kQ6_K};
+    if (n == e.name) return QuantScheme{e.name, e.base, e.mix};
   }
   return std::nullopt;
 }
 
 std::string quant_scheme_names() {
-  return "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k (q4_k_s), q5_k (q5_k_s), q6_k, q4_k_m, q5_k_m";
+  return "q8_0, q4_0, q4_1, q5_0, q5_1, q4_k (q4_k_s), q5_k (q5_k_s), q6_k, q4_k_m, q5_k_m, q2_k, "
+         "q3_k (q3_k_s), q3_k_m, q3_k_l";
 }
 
 DType choose_quant_dtype(const QuantScheme& scheme, const ModelConfig& config,
                          const TensorSlot& slot, std::string* note) {
   if (slot.vector() || slot.role == Role::kRouter) return DType::kF32;
   DType want = scheme.base;
-  if (scheme.mixture) {
-    switch (slot.role) {
-      case Role::kEmbed:
-        want = DType::kQ8_0;
-        break;
-      case Role::kOutput:
-        want = scheme.more_bits;
-        break;
-      case Role::kWv:
-      case Role::kExpDown:
-      case Role::kSharedDown:
-      case Role::kDenseDown:
-        if (slot.layer >= 0 && more_bits_layer(slot.layer, config.layers)) want = scheme.more_bits;
-        break;
-      default:
-        break;
-    }
-  }
+  if (scheme.mixture()) want = mixture_dtype(scheme, config, slot);
   const uint64_t row = slot.shape.back();
   if (row % dtype_block_elements(want) == 0) return want;
   const DType fallback = row % 32 == 0 ? DType::kQ8_0 : DType::kF16;

@@ -1,6 +1,6 @@
 // The dtype chooser of `steermoe quantize`: which stored type each tensor of a model gets for a
-// named scheme (q8_0, q4_0, ..., q4_k_m, q5_k_m), with fallbacks for rows that are not a whole
-// number of the type's blocks.
+// named scheme (q8_0, q4_0, ..., q4_k_m, q5_k_m, q2_k, q3_k_m, q3_k_l), with fallbacks for rows
+// that are not a whole number of the type's blocks.
 #pragma once
 
 #include <optional>
@@ -14,15 +14,25 @@
 
 namespace steermoe::model {
 
+// Which of llama.cpp's mixtures a scheme follows (simplified; the rules in quant_mix.cpp).
+enum class QuantMix : uint8_t {
+  kNone,  // every matrix the base type
+  kKM,    // q4_k_m / q5_k_m: Q6_K for attn_v and ffn_down in llama.cpp's more-bits layers
+  kQ2K,   // q2_k: ffn_down and attn_output Q3_K, attn_v Q3_K (Q4_K with 4+ query heads per kv)
+  kQ3KM,  // q3_k_m: ffn_down, attn_v and attn_output Q4_K (Q5_K in the first layers)
+  kQ3KL,  // q3_k_l: ffn_down, attn_v and attn_output Q5_K
+};
+
 struct QuantScheme {
-  std::string name;      // "q4_k_m"
-  DType base;            // Q4_K
-  bool mixture = false;  // _M: more bits for attn_v / ffn_down in some layers, Q6_K output
-  DType more_bits = DType::kQ6_K;
+  std::string name;  // "q4_k_m"
+  DType base;        // Q4_K
+  QuantMix mix = QuantMix::kNone;
+  bool mixture() const { return mix != QuantMix::kNone; }  // embedding Q8_0, output Q6_K
 };
 
 // Parses "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k" (= "q4_k_s"), "q5_k" (= "q5_k_s"),
-// "q6_k", "q4_k_m", "q5_k_m" (case-insensitive); nullopt otherwise.
+// "q6_k", "q4_k_m", "q5_k_m", "q2_k", "q3_k" (= "q3_k_s"), "q3_k_m", "q3_k_l"
+// (case-insensitive); nullopt otherwise.
 std::optional<QuantScheme> parse_quant_scheme(std::string_view name);
 // The accepted names, for messages.
 std::string quant_scheme_names();

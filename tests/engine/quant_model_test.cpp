@@ -21,6 +21,7 @@
 #include "kernels/kernels.hpp"
 #include "model/expert_ranges.hpp"
 #include "model/gguf.hpp"
+#include "model/quant_mix.hpp"
 #include "model/safetensors.hpp"
 #include "model/weights.hpp"
 #include "quant/quant.hpp"
@@ -107,10 +108,10 @@ TEST_P(QuantScheme, LogitsWithinTheQuantizationErrorOfTheSource) {
   ASSERT_EQ(
       run_cli("quantize -m " + source_model().string() + " --type " + scheme + " -o " + q.string()),
       0);
-  // Stored types: the base type for experts, F32 for the router and norms; _M mixtures keep the
+  // Stored types: the base type for experts, F32 for the router and norms; mixtures keep the
   // embedding at Q8_0 and the output at Q6_K.
   const model::GgufFile f = model::GgufFile::open(q);
-  const bool mix = scheme.ends_with("_m");
+  const bool mix = scheme.ends_with("_m") || scheme.ends_with("_l") || scheme == "q2_k";
   std::string base = scheme.substr(0, 4);
   for (auto& ch : base) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
   EXPECT_EQ(model::dtype_name(f.tensor("blk.0.ffn_gate_exps.weight").dtype), base);
@@ -118,10 +119,34 @@ TEST_P(QuantScheme, LogitsWithinTheQuantizationErrorOfTheSource) {
   EXPECT_EQ(f.tensor("blk.0.attn_norm.weight").dtype, model::DType::kF32);
   EXPECT_EQ(model::dtype_name(f.tensor("token_embd.weight").dtype), mix ? "Q8_0" : base);
   EXPECT_EQ(model::dtype_name(f.tensor("output.weight").dtype), mix ? "Q6_K" : base);
-  if (mix) {
-    // 2 layers: the last one gets more bits (llama.cpp's use_more_bits), the first does not.
-    EXPECT_EQ(f.tensor("blk.1.ffn_down_exps.weight").dtype, model::DType::kQ6_K);
-    EXPECT_EQ(model::dtype_name(f.tensor("blk.0.ffn_down_exps.weight").dtype), base);
+  // ffn_down / attn_v / attn_output of layers 0 and 1 (the model has 2 layers, one query head per
+  // kv head): q4_k_m / q5_k_m give the last layer more bits (llama.cpp's use_more_bits); q2_k
+  // Q3_K; q3_k_m Q4_K (attn_v Q5_K in the first two layers); q3_k_l Q5_K.
+  struct Want {
+    const char* scheme;
+    const char* down[2];
+    const char* v[2];
+    const char* o[2];
+  };
+  static const Want kWant[] = {
+      {"q4_k_m", {"Q4_K", "Q6_K"}, {"Q4_K", "Q6_K"}, {"Q4_K", "Q4_K"}},
+      {"q5_k_m", {"Q5_K", "Q6_K"}, {"Q5_K", "Q6_K"}, {"Q5_K", "Q5_K"}},
+      {"q2_k", {"Q3_K", "Q3_K"}, {"Q3_K", "Q3_K"}, {"Q3_K", "Q3_K"}},
+      {"q3_k_m", {"Q4_K", "Q4_K"}, {"Q5_K", "Q5_K"}, {"Q4_K", "Q4_K"}},
+      {"q3_k_l", {"Q5_K", "Q5_K"}, {"Q5_K", "Q5_K"}, {"Q5_K", "Q5_K"}},
+  };
+  for (const Want& w : kWant) {
+    if (scheme != w.scheme) continue;
+    for (int l = 0; l < 2; ++l) {
+      const std::string blk = "blk." + std::to_string(l) + ".";
+      EXPECT_EQ(model::dtype_name(f.tensor(blk + "ffn_down_exps.weight").dtype), w.down[l]) << l;
+      EXPECT_EQ(model::dtype_name(f.tensor(blk + "attn_v.weight").dtype), w.v[l]) << l;
+      EXPECT_EQ(model::dtype_name(f.tensor(blk + "attn_output.weight").dtype), w.o[l]) << l;
+    }
+  }
+  if (!mix) {
+    EXPECT_EQ(model::dtype_name(f.tensor("blk.1.ffn_down_exps.weight").dtype), base);
+    EXPECT_EQ(model::dtype_name(f.tensor("blk.1.attn_v.weight").dtype), base);
   }
 
   // In memory the experts keep the stored type, and their byte size says so.
@@ -172,7 +197,41 @@ TEST_P(QuantScheme, LogitsWithinTheQuantizationErrorOfTheSource) {
 
 INSTANTIATE_TEST_SUITE_P(Schemes, QuantScheme,
                          ::testing::Values("q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "q4_k", "q5_k",
-                                           "q6_k", "q4_k_m", "q5_k_m"));
+                                           "q6_k", "q4_k_m", "q5_k_m", "q2_k", "q3_k", "q3_k_m",
+                                           "q3_k_l"));
+
+// The mixtures' per-layer and per-shape rules on a 32-layer grouped-query shape (the end-to-end
+// test above has 2 layers and no grouping).
+TEST(Quantize, LowBitMixturesFollowLlamaCppsRules) {
+  model::ModelConfig c;
+  c.layers = 32;
+  c.heads = 32;
+  c.kv_heads = 8;  // 4 query heads per kv head
+  auto type = [&](const char* scheme, model::Role role, int layer) {
+    const auto s = model::parse_quant_scheme(scheme);
+    EXPECT_TRUE(s.has_value()) << scheme;
+    const model::TensorSlot slot{"t", {4096, 4096}, role, layer};
+    return model::dtype_name(model::choose_quant_dtype(*s, c, slot, nullptr));
+  };
+  using R = model::Role;
+  EXPECT_EQ(type("q2_k", R::kWv, 5), "Q4_K");  // grouped
+  EXPECT_EQ(type("q2_k", R::kWq, 5), "Q2_K");
+  EXPECT_EQ(type("q2_k", R::kExpDown, 5), "Q3_K");
+  EXPECT_EQ(type("q2_k", R::kEmbed, -1), "Q8_0");
+  EXPECT_EQ(type("q3_k_m", R::kExpDown, 1), "Q5_K");  // the first sixteenth: layers 0, 1
+  EXPECT_EQ(type("q3_k_m", R::kExpDown, 2), "Q4_K");
+  EXPECT_EQ(type("q3_k_m", R::kSharedDown, 31), "Q4_K");
+  EXPECT_EQ(type("q3_k_m", R::kWv, 1), "Q5_K");  // the first two layers
+  EXPECT_EQ(type("q3_k_m", R::kWv, 2), "Q4_K");
+  EXPECT_EQ(type("q3_k_m", R::kWo, 9), "Q4_K");
+  EXPECT_EQ(type("q3_k_m", R::kExpGate, 9), "Q3_K");
+  EXPECT_EQ(type("q3_k_l", R::kWo, 9), "Q5_K");
+  EXPECT_EQ(type("q3_k_l", R::kOutput, -1), "Q6_K");
+  EXPECT_EQ(type("Q3_K_S", R::kOutput, -1), "Q3_K");  // plain: every matrix the base type
+  EXPECT_EQ(type("q4_k_m", R::kExpDown, 5), "Q4_K");  // past the first eighth, (5 - 4) % 3 == 1
+  EXPECT_EQ(type("q4_k_m", R::kExpDown, 6), "Q6_K");  // (6 - 4) % 3 == 2
+  EXPECT_EQ(type("q4_k_m", R::kWv, 31), "Q6_K");
+}
 
 TEST(Quantize, RejectsUnknownSchemesAndNonGgufOutputs) {
   EXPECT_EQ(run_cli("quantize -m " + source_model().string() + " --type q3_x -o " +
