@@ -11,6 +11,7 @@
 #include "cli/commands.hpp"
 #include "common/error.hpp"
 #include "common/output_file.hpp"
+#include "model/quant_mix.hpp"
 #include "model/weights.hpp"
 #include "model/weights_layout.hpp"
 #include "tokenizer/gguf_vocab.hpp"
@@ -82,6 +83,10 @@ void add_convert_command(CLI::App& root) {
                    changed, to_gguf ? "GGUF" : "safetensors", example.c_str());
     }
     if (to_gguf) {
+      if (forced) {  // every matrix one type: say so as llama.cpp's tools read it
+        extra.emplace_back("general.file_type",
+                           model::GgufValue::u32(model::gguf_file_type(*forced)));
+      }
       // One file, written under a temporary name and renamed when complete (OutputFile).
       model::write_model(model->config(), o->output, model::model_slot_source(*model, choose),
                          extra);

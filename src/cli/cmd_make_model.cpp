@@ -152,6 +152,12 @@ void add_make_model_command(CLI::App& root) {
     std::vector<std::pair<std::string, model::GgufValue>> extra;
     if (vocab && to_gguf) extra = tokenizer::gguf_metadata(*vocab);
     if (to_gguf) {
+      const auto scheme = model::parse_quant_scheme(o->type);
+      extra.emplace_back(
+          "general.file_type",
+          model::GgufValue::u32(scheme ? scheme->gguf_file_type : model::gguf_file_type(dtype)));
+    }
+    if (to_gguf) {
       // One file, written under a temporary name and renamed when complete (OutputFile).
       model::write_model(c, o->output, source, extra);
     } else {

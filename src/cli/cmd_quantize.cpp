@@ -58,6 +58,7 @@ void add_quantize_command(CLI::App& root) {
     } catch (const Error& e) {
       std::fprintf(stderr, "quantize: no tokenizer copied (%s)\n", e.what());
     }
+    extra.emplace_back("general.file_type", model::GgufValue::u32(scheme->gguf_file_type));
     const model::ModelConfig& c = model->config();
     std::vector<std::string> notes;
     uint64_t in_bytes = 0, out_bytes = 0;

@@ -73,22 +73,34 @@ std::optional<QuantScheme> parse_quant_scheme(std::string_view name) {
     const char* name;
     DType base;
     QuantMix mix;
+    uint32_t file_type;  // llama.h's llama_ftype
   };
   static constexpr Entry kEntries[] = {
-      {"q8_0", DType::kQ8_0, QuantMix::kNone},   {"q4_0", DType::kQ4_0, QuantMix::kNone},
-      {"q4_1", DType::kQ4_1, QuantMix::kNone},   {"q5_0", DType::kQ5_0, QuantMix::kNone},
-      {"q5_1", DType::kQ5_1, QuantMix::kNone},   {"q4_k", DType::kQ4_K, QuantMix::kNone},
-      {"q4_k_s", DType::kQ4_K, QuantMix::kNone}, {"q5_k", DType::kQ5_K, QuantMix::kNone},
-      {"q5_k_s", DType::kQ5_K, QuantMix::kNone}, {"q6_k", DType::kQ6_K, QuantMix::kNone},
-      {"q4_k_m", DType::kQ4_K, QuantMix::kKM},   {"q5_k_m", DType::kQ5_K, QuantMix::kKM},
-      {"q2_k", DType::kQ2_K, QuantMix::kQ2K},    {"q3_k", DType::kQ3_K, QuantMix::kNone},
-      {"q3_k_s", DType::kQ3_K, QuantMix::kNone}, {"q3_k_m", DType::kQ3_K, QuantMix::kQ3KM},
-      {"q3_k_l", DType::kQ3_K, QuantMix::kQ3KL},
+      {"q8_0", DType::kQ8_0, QuantMix::kNone, 7},    {"q4_0", DType::kQ4_0, QuantMix::kNone, 2},
+      {"q4_1", DType::kQ4_1, QuantMix::kNone, 3},    {"q5_0", DType::kQ5_0, QuantMix::kNone, 8},
+      {"q5_1", DType::kQ5_1, QuantMix::kNone, 9},    {"q4_k", DType::kQ4_K, QuantMix::kNone, 14},
+      {"q4_k_s", DType::kQ4_K, QuantMix::kNone, 14}, {"q5_k", DType::kQ5_K, QuantMix::kNone, 16},
+      {"q5_k_s", DType::kQ5_K, QuantMix::kNone, 16}, {"q6_k", DType::kQ6_K, QuantMix::kNone, 18},
+      {"q4_k_m", DType::kQ4_K, QuantMix::kKM, 15},   {"q5_k_m", DType::kQ5_K, QuantMix::kKM, 17},
+      {"q2_k", DType::kQ2_K, QuantMix::kQ2K, 10},    {"q3_k", DType::kQ3_K, QuantMix::kNone, 11},
+      {"q3_k_s", DType::kQ3_K, QuantMix::kNone, 11}, {"q3_k_m", DType::kQ3_K, QuantMix::kQ3KM, 12},
+      {"q3_k_l", DType::kQ3_K, QuantMix::kQ3KL, 13},
   };
   for (const Entry& e : kEntries) {
-    if (n == e.name) return QuantScheme{e.name, e.base, e.mix};
+    if (n == e.name) return QuantScheme{e.name, e.base, e.mix, e.file_type};
   }
   return std::nullopt;
+}
+
+uint32_t gguf_file_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF16:
+      return 1;
+    case DType::kBF16:
+      return 32;
+    default:
+      return 0;
+  }
 }
 
 std::string quant_scheme_names() {

@@ -27,6 +27,9 @@ struct QuantScheme {
   std::string name;  // "q4_k_m"
   DType base;        // Q4_K
   QuantMix mix = QuantMix::kNone;
+  // llama.cpp's llama_ftype of such a file (LLAMA_FTYPE_MOSTLY_Q4_K_M = 15), written as
+  // general.file_type: what llama.cpp's tools print as the file's type.
+  uint32_t gguf_file_type = 0;
   bool mixture() const { return mix != QuantMix::kNone; }  // embedding Q8_0, output Q6_K
 };
 
@@ -34,6 +37,8 @@ struct QuantScheme {
 // "q6_k", "q4_k_m", "q5_k_m", "q2_k", "q3_k" (= "q3_k_s"), "q3_k_m", "q3_k_l"
 // (case-insensitive); nullopt otherwise.
 std::optional<QuantScheme> parse_quant_scheme(std::string_view name);
+// general.file_type of a file whose matrices are all `dtype` (F32 0, F16 1, BF16 32).
+uint32_t gguf_file_type(DType dtype);
 // The accepted names, for messages.
 std::string quant_scheme_names();
 

@@ -119,6 +119,12 @@ TEST_P(QuantScheme, LogitsWithinTheQuantizationErrorOfTheSource) {
   EXPECT_EQ(f.tensor("blk.0.attn_norm.weight").dtype, model::DType::kF32);
   EXPECT_EQ(model::dtype_name(f.tensor("token_embd.weight").dtype), mix ? "Q8_0" : base);
   EXPECT_EQ(model::dtype_name(f.tensor("output.weight").dtype), mix ? "Q6_K" : base);
+  // llama.cpp's llama_ftype, as its tools print the file's type.
+  const std::map<std::string, uint32_t> kFileType = {
+      {"q8_0", 7},  {"q4_0", 2},  {"q4_1", 3},    {"q5_0", 8},    {"q5_1", 9},
+      {"q4_k", 14}, {"q5_k", 16}, {"q6_k", 18},   {"q4_k_m", 15}, {"q5_k_m", 17},
+      {"q2_k", 10}, {"q3_k", 11}, {"q3_k_m", 12}, {"q3_k_l", 13}};
+  EXPECT_EQ(f.get_u32("general.file_type"), kFileType.at(scheme));
   // ffn_down / attn_v / attn_output of layers 0 and 1 (the model has 2 layers, one query head per
   // kv head): q4_k_m / q5_k_m give the last layer more bits (llama.cpp's use_more_bits); q2_k
   // Q3_K; q3_k_m Q4_K (attn_v Q5_K in the first two layers); q3_k_l Q5_K.
