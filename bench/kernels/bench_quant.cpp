@@ -275,6 +275,8 @@ BENCHMARK(BM_QuantizeRows)
     ->Arg(static_cast<int>(quant::Type::kQ4_K))
     ->Arg(static_cast<int>(quant::Type::kQ5_K))
     ->Arg(static_cast<int>(quant::Type::kQ6_K))
+    ->Arg(static_cast<int>(quant::Type::kQ2_K))
+    ->Arg(static_cast<int>(quant::Type::kQ3_K))
     ->MinTime(0.3);
 
 }  // namespace

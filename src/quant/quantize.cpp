@@ -137,8 +137,11 @@ void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) 
     const double det = static_cast<double>(n) * sqq - static_cast<double>(sq) * sq;
     double s, o;
     if (det > 0) {
-      s = (n * sqx - sq * sx) / det;
-      o = (sqq * sx - sq * sqx) / det;
+      // One division per candidate, not two: a double division is the longest-latency
+      // operation here (the fits were most of quantize's time, perf).
+      const double inv_det = 1.0 / det;
+      s = (n * sqx - sq * sx) * inv_det;
+      o = (sqq * sx - sq * sqx) * inv_det;
     } else {
       s = 1.0 / iscale;
       o = min;
@@ -163,16 +166,18 @@ void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) 
 // x ~ s * q with q in [-nmax, nmax - 1]; n <= 16 values, one pass per candidate as above.
 float fit_symmetric(const float* x, int n, int nmax) {
   float amax = 0.0f, max = 0.0f;
-  double sxx = 0;
   for (int i = 0; i < n; ++i) {
     if (std::fabs(x[i]) > amax) {
       amax = std::fabs(x[i]);
       max = x[i];
     }
-    sxx += static_cast<double>(x[i]) * x[i];
   }
   if (!(amax > 0.0f) || !std::isfinite(amax)) return 0.0f;
-  float best_err = INFINITY, best_s = max / static_cast<float>(-nmax);
+  // At the least-squares s = sqx / sqq the error is sxx - sqx^2 / sqq: the best candidate has
+  // the largest sqx^2 / sqq, found by cross-multiplying (no division per candidate: a double
+  // division per candidate was the largest cost of quantizing Q3_K / Q6_K, perf).
+  double best_sqx = 0.0;
+  int best_sqq = 0;
   for (int k = -9; k <= 9; ++k) {
     const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / max;
     int sqq = 0;
@@ -186,14 +191,12 @@ float fit_symmetric(const float* x, int n, int nmax) {
     }
     if (sqq <= 0) continue;
     const double sqx = static_cast<double>(sqx_part[0] + sqx_part[1]) + (sqx_part[2] + sqx_part[3]);
-    const double s = sqx / sqq;
-    const double err = sxx - s * sqx;  // sum (s q - x)^2 at the least-squares s
-    if (err < best_err) {
-      best_err = static_cast<float>(err);
-      best_s = static_cast<float>(s);
+    if (best_sqq == 0 || sqx * sqx * best_sqq > best_sqx * best_sqx * sqq) {
+      best_sqx = sqx;
+      best_sqq = sqq;
     }
   }
-  return best_s;
+  return best_sqq > 0 ? static_cast<float>(best_sqx / best_sqq) : max / static_cast<float>(-nmax);
 }
 
 void quantize_k45(const float* x, uint8_t* b, bool five) {
