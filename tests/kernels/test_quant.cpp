@@ -79,22 +79,33 @@ TEST_P(QuantType, DequantizeMatchesGgufPackageBitForBit) {
 
 // Relative RMS error of quantize -> dequantize on Gaussian data: a bound per type (the bits per
 // weight set it: about 2^-(bits) of the range); catches broken packing or scale search.
-TEST_P(QuantType, QuantizerErrorIsBounded) {
+// 256 x 64 standard normal values (seed 7), and the relative RMS error of quantizing them as t
+// (the encoded bytes in *q).
+std::vector<float> fit_test_values() {
   std::mt19937 rng(7);
   std::normal_distribution<float> dist(0.0f, 1.0f);
-  const size_t n = 256 * 64;
-  std::vector<float> x(n);
+  std::vector<float> x(256 * 64);
   for (auto& v : x) v = dist(rng);
-  std::vector<uint8_t> q(quant::bytes_for(GetParam(), n));
-  quant::quantize_row(GetParam(), x.data(), q.data(), n);
+  return x;
+}
+double relative_quant_error(quant::Type t, const std::vector<float>& x, std::vector<uint8_t>* q) {
+  const size_t n = x.size();
+  q->resize(quant::bytes_for(t, n));
+  quant::quantize_row(t, x.data(), q->data(), n);
   std::vector<float> y(n);
-  quant::dequantize_row(GetParam(), q.data(), y.data(), n);
+  quant::dequantize_row(t, q->data(), y.data(), n);
   double err = 0, ref = 0;
   for (size_t i = 0; i < n; ++i) {
     err += (x[i] - y[i]) * (x[i] - y[i]);
     ref += x[i] * x[i];
   }
-  const double rel = std::sqrt(err / ref);
+  return std::sqrt(err / ref);
+}
+
+TEST_P(QuantType, QuantizerErrorIsBounded) {
+  const std::vector<float> x = fit_test_values();
+  std::vector<uint8_t> q;
+  const double rel = relative_quant_error(GetParam(), x, &q);
   double bound = 0;
   switch (GetParam()) {
     case quant::Type::kQ8_0:
@@ -122,7 +133,7 @@ TEST_P(QuantType, QuantizerErrorIsBounded) {
   RecordProperty("relative_rms_error", std::to_string(rel));
   // Deterministic.
   std::vector<uint8_t> q2(q.size());
-  quant::quantize_row(GetParam(), x.data(), q2.data(), n);
+  quant::quantize_row(GetParam(), x.data(), q2.data(), x.size());
   EXPECT_EQ(q, q2);
 }
 
@@ -131,27 +142,15 @@ TEST_P(QuantType, QuantizerErrorIsBounded) {
 // (Q6_K 0.0173, Q3_K 0.1434, Q4_K 0.0710, Q5_K 0.0357, Q2_K 0.2686). Taking the worst candidate
 // instead gives Q6_K 0.0219 and Q3_K 0.192, inside QuantizerErrorIsBounded's looser bounds.
 TEST(QuantFits, KQuantScaleSearchPicksTheBestCandidate) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  const size_t n = 256 * 64;
-  std::vector<float> x(n);
-  for (auto& v : x) v = dist(rng);
+  const std::vector<float> x = fit_test_values();
   const std::pair<quant::Type, double> kBounds[] = {{quant::Type::kQ6_K, 0.019},
                                                     {quant::Type::kQ3_K, 0.158},
                                                     {quant::Type::kQ4_K, 0.078},
                                                     {quant::Type::kQ5_K, 0.039},
                                                     {quant::Type::kQ2_K, 0.295}};
   for (const auto& [t, bound] : kBounds) {
-    std::vector<uint8_t> q(quant::bytes_for(t, n));
-    quant::quantize_row(t, x.data(), q.data(), n);
-    std::vector<float> y(n);
-    quant::dequantize_row(t, q.data(), y.data(), n);
-    double err = 0, ref = 0;
-    for (size_t i = 0; i < n; ++i) {
-      err += (x[i] - y[i]) * (x[i] - y[i]);
-      ref += x[i] * x[i];
-    }
-    EXPECT_LT(std::sqrt(err / ref), bound) << quant::name(t);
+    std::vector<uint8_t> q;
+    EXPECT_LT(relative_quant_error(t, x, &q), bound) << quant::name(t);
   }
 }
 
