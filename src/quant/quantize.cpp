@@ -20,6 +20,7 @@
 #include <cstring>
 
 #include "common/error.hpp"
+#include "quant/fits.hpp"
 #include "quant/quant.hpp"
 
 namespace steermoe::quant {
@@ -91,112 +92,6 @@ void pack_high_bits(const int* q, uint8_t* qh4) {
   uint32_t qh = 0;
   for (int j = 0; j < 32; ++j) qh |= static_cast<uint32_t>((q[j] >> 4) & 1) << j;
   std::memcpy(qh4, &qh, 4);
-}
-
-// Rounds v >= 0 to nearest (halves up, as lround for positive values) without a library call.
-inline int round_nonneg(float v) {
-  return static_cast<int>(v + 0.5f);
-}
-
-// x ~ s * q - m with q in [0, nmax], m >= 0 (see the file comment). n <= 32 values.
-// Each candidate takes one pass: the rounded q give the sums sq, sqq, sqx, from which the least
-// squares fit and its squared error follow in closed form (with the x-only sums sx, sxx), so the
-// 21 candidates cost one multiply-round-accumulate per element each (the quantizer's hot loop:
-// `quantize` and `make-model --type` spend most of their time here).
-void fit_scale_min(const float* x, int n, int nmax, float* s_out, float* m_out) {
-  float min = x[0], max = x[0];
-  for (int i = 1; i < n; ++i) {
-    min = std::min(min, x[i]);
-    max = std::max(max, x[i]);
-  }
-  if (min > 0.0f) min = 0.0f;
-  if (!(max > min)) {  // constant block (or NaN): all q = 0, w = -m
-    *s_out = 0.0f;
-    *m_out = std::isfinite(min) ? -min : 0.0f;
-    return;
-  }
-  float y[32];  // x - min >= 0
-  double sx = 0, sxx = 0;
-  for (int i = 0; i < n; ++i) {
-    y[i] = x[i] - min;
-    sx += x[i];
-    sxx += static_cast<double>(x[i]) * x[i];
-  }
-  float best_err = INFINITY, best_s = (max - min) / static_cast<float>(nmax), best_m = -min;
-  for (int k = -10; k <= 10; ++k) {
-    const float iscale = (static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / (max - min);
-    int sq = 0, sqq = 0;
-    float sqx_part[4] = {0, 0, 0, 0};  // four fixed chains: deterministic, and not one long one
-    for (int i = 0; i < n; ++i) {
-      const int q = std::min(round_nonneg(iscale * y[i]), nmax);
-      sq += q;
-      sqq += q * q;
-      sqx_part[i % 4] += static_cast<float>(q) * x[i];
-    }
-    const double sqx = static_cast<double>(sqx_part[0] + sqx_part[1]) + (sqx_part[2] + sqx_part[3]);
-    const double det = static_cast<double>(n) * sqq - static_cast<double>(sq) * sq;
-    double s, o;
-    if (det > 0) {
-      // One division per candidate, not two: a double division is the longest-latency
-      // operation here (the fits were most of quantize's time, perf).
-      const double inv_det = 1.0 / det;
-      s = (n * sqx - sq * sx) * inv_det;
-      o = (sqq * sx - sq * sqx) * inv_det;
-    } else {
-      s = 1.0 / iscale;
-      o = min;
-    }
-    if (o > 0) {  // m must be >= 0: refit the scale alone with o = 0
-      o = 0;
-      s = sqq > 0 ? sqx / sqq : 0;
-    }
-    if (s < 0) continue;
-    // sum (s q + o - x)^2 expanded over the sums.
-    const double err = s * s * sqq + 2 * s * o * sq + n * o * o - 2 * s * sqx - 2 * o * sx + sxx;
-    if (err < best_err) {
-      best_err = static_cast<float>(err);
-      best_s = static_cast<float>(s);
-      best_m = static_cast<float>(-o);
-    }
-  }
-  *s_out = best_s;
-  *m_out = best_m;
-}
-
-// x ~ s * q with q in [-nmax, nmax - 1]; n <= 16 values, one pass per candidate as above.
-float fit_symmetric(const float* x, int n, int nmax) {
-  float amax = 0.0f, max = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      max = x[i];
-    }
-  }
-  if (!(amax > 0.0f) || !std::isfinite(amax)) return 0.0f;
-  // At the least-squares s = sqx / sqq the error is sxx - sqx^2 / sqq: the best candidate has
-  // the largest sqx^2 / sqq, found by cross-multiplying (no division per candidate: a double
-  // division per candidate was the largest cost of quantizing Q3_K / Q6_K, perf).
-  double best_sqx = 0.0;
-  int best_sqq = 0;
-  for (int k = -9; k <= 9; ++k) {
-    const float iscale = -(static_cast<float>(nmax) + 0.1f * static_cast<float>(k)) / max;
-    int sqq = 0;
-    float sqx_part[4] = {0, 0, 0, 0};
-    for (int i = 0; i < n; ++i) {
-      // Nearest with halves away from zero (lround), clamped.
-      const float v = iscale * x[i];
-      const int q = std::clamp(static_cast<int>(v + std::copysign(0.5f, v)), -nmax, nmax - 1);
-      sqq += q * q;
-      sqx_part[i % 4] += static_cast<float>(q) * x[i];
-    }
-    if (sqq <= 0) continue;
-    const double sqx = static_cast<double>(sqx_part[0] + sqx_part[1]) + (sqx_part[2] + sqx_part[3]);
-    if (best_sqq == 0 || sqx * sqx * best_sqq > best_sqx * best_sqx * sqq) {
-      best_sqx = sqx;
-      best_sqq = sqq;
-    }
-  }
-  return best_sqq > 0 ? static_cast<float>(best_sqx / best_sqq) : max / static_cast<float>(-nmax);
 }
 
 void quantize_k45(const float* x, uint8_t* b, bool five) {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "kernels/kernels.hpp"
 #include "kernels/quant_internal.hpp"
 #include "kernels/thread_pool.hpp"
+#include "quant/fits.hpp"
 #include "quant/quant.hpp"
 
 namespace steermoe::kernels {
@@ -151,6 +153,73 @@ TEST(QuantFits, KQuantScaleSearchPicksTheBestCandidate) {
   for (const auto& [t, bound] : kBounds) {
     std::vector<uint8_t> q;
     EXPECT_LT(relative_quant_error(t, x, &q), bound) << quant::name(t);
+  }
+}
+
+// The scale searches quantize_row calls (SSE2 lanes on x86-64) equal their scalar references
+// bit for bit: blocks of many shapes and magnitudes (subnormal to near the float maximum),
+// values on rounding ties, constant and one-sided blocks, zeros, and blocks with a NaN or an
+// infinity (UBSan in the sanitizer build: every rounding defined).
+TEST(QuantFits, SearchesEqualTheirScalarReferences) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> pick(0, 7);
+  const float kMagnitudes[] = {1e-39f, 1e-30f, 1e-6f, 0.02f, 1.0f, 3e3f, 1e30f, 1e38f};
+  for (int trial = 0; trial < 20000; ++trial) {
+    float x[32];
+    const float mag = kMagnitudes[trial % 8];
+    const int kind = pick(rng);
+    for (int i = 0; i < 32; ++i) {
+      switch (kind) {
+        case 0:
+          x[i] = mag * normal(rng);
+          break;
+        case 1:
+          x[i] = mag * std::fabs(normal(rng));
+          break;  // min 0: m pinned at 0
+        case 2:
+          x[i] = -mag * std::fabs(normal(rng)) - mag;
+          break;  // all negative
+        case 3:
+          x[i] = mag * static_cast<float>(std::lround(8 * uniform(rng))) / 8;
+          break;  // ties
+        case 4:
+          x[i] = (i % 5 == 0) ? mag * normal(rng) : 0.0f;
+          break;  // mostly zeros
+        case 5:
+          x[i] = mag;
+          break;  // constant
+        case 6:
+          x[i] = mag * uniform(rng) * uniform(rng) * uniform(rng);
+          break;  // peaked
+        default:
+          x[i] = mag * (i == trial % 32 ? 100.0f : normal(rng));
+          break;  // one outlier
+      }
+    }
+    if (trial % 97 == 0) x[trial % 32] = std::numeric_limits<float>::quiet_NaN();
+    if (trial % 89 == 0) x[(trial + 5) % 32] = -std::numeric_limits<float>::infinity();
+    for (const int n : {16, 32}) {
+      for (const int nmax : {3, 15, 31}) {
+        float s_ref = 0, m_ref = 0, s = 0, m = 0;
+        quant::fit_scale_min_reference(x, n, nmax, &s_ref, &m_ref);
+        quant::fit_scale_min(x, n, nmax, &s, &m);
+        ASSERT_EQ(std::bit_cast<uint32_t>(s), std::bit_cast<uint32_t>(s_ref))
+            << "fit_scale_min trial " << trial << " n " << n << " nmax " << nmax;
+        ASSERT_EQ(std::bit_cast<uint32_t>(m), std::bit_cast<uint32_t>(m_ref))
+            << "fit_scale_min trial " << trial << " n " << n << " nmax " << nmax;
+      }
+    }
+    for (const int nmax : {4, 32}) {
+      for (int half = 0; half < 2; ++half) {
+        const float* xs = x + 16 * half;
+        const float ref = quant::fit_symmetric_reference(xs, 16, nmax);
+        const float got = quant::fit_symmetric(xs, 16, nmax);
+        ASSERT_EQ(std::bit_cast<uint32_t>(got), std::bit_cast<uint32_t>(ref))
+            << "fit_symmetric trial " << trial << " half " << half << " nmax " << nmax;
+      }
+    }
   }
 }
 
