@@ -34,25 +34,39 @@ CC=clang CXX=clang++ cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWit
 # Only the fuzz targets (and the libraries they link), not the CLI.
 fuzz_targets=$(ninja -C build-fuzz -t targets all | sed -n 's/^\(fuzz_[a-z0-9_]*\): phony$/\1/p')
 cmake --build build-fuzz -j "$JOBS" --target $fuzz_targets
-for f in build-fuzz/fuzz/fuzz_*; do
-  [ -x "$f" ] || continue
+# One fuzzer per core at a time (each is single-threaded); each one's report is printed whole
+# when it ends, so reports of fuzzers running side by side do not interleave.
+fuzz_one() {
+  local f=$1 name corpus work
   name=$(basename "$f")
   corpus="fuzz/corpus/${name#fuzz_}"
   work=$(mktemp -d)
   [ -d "$corpus" ] && cp -r "$corpus"/. "$work"/
   echo "-- $name"
-  log="$work.log"
   # On a find, show the report (exception, stack, the input as Base64), not just its last lines.
   if ! "$f" "$work" -max_total_time="$FUZZ_SECONDS" -max_len=65536 -rss_limit_mb=2048 \
-    -print_final_stats=0 > "$log" 2>&1; then
-    grep -v '^INFO:\|^#[0-9]*\s*\(NEW\|REDUCE\|pulse\|INITED\)' "$log" | tail -n 80
-    rm -rf "$work" "$log"
+    -print_final_stats=0 > "$work.log" 2>&1; then
+    grep -v '^INFO:\|^#[0-9]*\s*\(NEW\|REDUCE\|pulse\|INITED\)' "$work.log" | tail -n 80
+    rm -rf "$work" "$work.log"
     echo "$name found a failing input (see above)"
-    exit 1
+    return 1
   fi
-  tail -n 2 "$log"
-  rm -rf "$work" "$log"
+  tail -n 2 "$work.log"
+  rm -rf "$work" "$work.log"
+}
+reports=$(mktemp -d)
+fuzz_failed=0
+for f in build-fuzz/fuzz/fuzz_*; do
+  [ -x "$f" ] || continue
+  while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || fuzz_failed=1; done
+  fuzz_one "$f" > "$reports/$(basename "$f")" 2>&1 &
 done
+while [ "$(jobs -rp | wc -l)" -gt 0 ]; do wait -n || fuzz_failed=1; done
+cat "$reports"/*
+rm -rf "$reports"
+if [ "$fuzz_failed" != 0 ]; then
+  exit 1
+fi
 if [ "${cuda[0]}" = "-DSTEERMOE_CUDA=OFF" ]; then
   echo "nvcc not found (neither on PATH nor /usr/local/cuda/bin): the CUDA code was not compiled"
 fi
