@@ -91,7 +91,8 @@ def main():
 
     log(f"reading {a.src} into the page cache")
     warm_file(a.src)
-    report = {"schema": "steermoe.quantize_compare/1", "machine": machine(), "src": a.src,
+    report = {"schema": "steermoe.quantize_compare/1",
+              "command": " ".join(["python3"] + sys.argv), "machine": machine(), "src": a.src,
               "src_bytes": os.path.getsize(a.src), "threads": a.threads, "types": []}
     for t in types:
         load_start = wait_for_quiet(a.max_load, a.max_wait)
