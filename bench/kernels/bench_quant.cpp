@@ -155,8 +155,6 @@ void args(benchmark::internal::Benchmark* b) {
   }
   b->Args({static_cast<int>(DType::kQ4_K), 2048, 1024, static_cast<int>(best_isa())});
   b->Args({static_cast<int>(DType::kQ6_K), 2048, 1024, static_cast<int>(best_isa())});
-  // The other shapes of a BF16 / Q8_0 decode: expert down, attention (2048 x 2048) and the
-  // OLMoE output head (50304 x 2048: one matrix fills most of the pool).
   // BF16 decode on the generic paths too (`avx2`, and `avx512`: an AVX-512 CPU without BF16),
   // the shapes the loop above does not give them.
   for (Isa isa : {Isa::kAvx2, Isa::kAvx512}) {
@@ -167,6 +165,8 @@ void args(benchmark::internal::Benchmark* b) {
       b->Args({static_cast<int>(DType::kBF16), rc[0], rc[1], static_cast<int>(isa)});
     }
   }
+  // The other shapes of a BF16 / Q8_0 decode: expert down, attention (2048 x 2048) and the
+  // OLMoE output head (50304 x 2048: one matrix fills most of the pool).
   for (DType t : {DType::kBF16, DType::kQ8_0}) {
     b->Args({static_cast<int>(t), 2048, 1024, static_cast<int>(best_isa())});
     b->Args({static_cast<int>(t), 2048, 2048, static_cast<int>(best_isa())});

@@ -21,6 +21,7 @@
 #include <unordered_map>
 
 #include "common/error.hpp"
+#include "common/sanitizer.hpp"
 
 namespace steermoe::server::http {
 
@@ -39,14 +40,9 @@ constexpr size_t kTrimAfter = 1 << 20;     // bodies this large: freed memory go
 // (an abort in about 1 run of 8 of HttpItems.LargeBodiesLeaveMemoryNearBaseline in CI's ASan
 // build).
 void return_freed_memory_to_os() {
-#if defined(__SANITIZE_ADDRESS__)
-  return;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-  return;
-#endif
-#endif
+#ifndef STEERMOE_ASAN
   malloc_trim(0);
+#endif
 }
 
 enum class Phase {
