@@ -61,6 +61,7 @@ void add_convert_command(CLI::App& root) {
     size_t changed = 0;
     std::string example;
     auto choose = [&](const model::TensorSlot& s, model::DType stored) {
+      if (s.f32_only) return model::DType::kF32;
       if (s.vector()) return stored;
       if (forced) return *forced;
       const bool storable =

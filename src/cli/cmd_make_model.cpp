@@ -128,7 +128,9 @@ void add_make_model_command(CLI::App& root) {
                                                    : model::DType::kF32;
     // Each slot's stored type: --dtype for every matrix, or the --type mixture's choice.
     std::function<model::DType(const model::TensorSlot&)> dtype_of =
-        [dtype](const model::TensorSlot& s) { return s.vector() ? model::DType::kF32 : dtype; };
+        [dtype](const model::TensorSlot& s) {
+          return s.vector() || s.f32_only ? model::DType::kF32 : dtype;
+        };
     if (!o->type.empty()) {
       const auto scheme = model::parse_quant_scheme(o->type);
       if (!scheme) {

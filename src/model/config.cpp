@@ -413,6 +413,16 @@ ModelConfig config_from_gguf(const GgufFile& f) {
   // Checked now: the per-layer tables below are sized by it.
   check_range(f.name(), "metadata key '" + p + "block_count'", c.layers, 1,
               ConfigLimits::kMaxLayers);
+  // llama.cpp counts a model's multi-token-prediction layers (Qwen3.5 / Qwen3-Next, GLM-4.5,
+  // DeepSeek-V3 MTP) in block_count and their number in nextn_predict_layers: they follow the
+  // model's own layers, and steermoe neither runs nor reads them.
+  if (const auto nextn = f.find_uint(p + "nextn_predict_layers")) {
+    if (*nextn >= static_cast<uint64_t>(c.layers)) {
+      fail(f.name(), "metadata key '" + p + "nextn_predict_layers'",
+           "expected fewer than block_count ({}), found {}", c.layers, *nextn);
+    }
+    c.layers -= static_cast<int>(*nextn);
+  }
   c.heads = gguf_int(f, p + "attention.head_count");
   c.kv_heads = gguf_int_or(f, p + "attention.head_count_kv", c.heads);
   c.max_positions = gguf_int_or(f, p + "context_length", 4096);

@@ -44,6 +44,9 @@ struct FamilyInfo {
   Mixer attention = Mixer::kGqa;     // mixer of the layers that are not Gated DeltaNet layers
   bool hybrid = false;               // has Gated DeltaNet layers (layer_types)
   const char* hf_shared_expert = "mlp.shared_experts";  // HF name of the shared expert block
+  // GGUF name of a layer's norm before its feed-forward block (HF post_attention_layernorm):
+  // llama.cpp's converter calls it ffn_norm, but post_attention_norm for Qwen3-Next / Qwen3.5.
+  const char* gguf_ffn_norm = "ffn_norm";
   // Pre-gate candidates PSR examines per layer by default (the policy's W): the paper's 8, and 4
   // for DeepSeek-style routers, whose top-6 of 64 leaves less room to predict.
   int pregate_window = 8;
@@ -185,6 +188,8 @@ class LayoutBuilder {
   // "blk.L.<g>.weight" / "model.layers.L.<h>.weight".
   void layer(int l, const char* g, const char* h, std::vector<uint64_t> shape, Role role);
   bool gguf() const { return gguf_; }
+  // The slot added last is stored as F32 by every writer (TensorSlot::f32_only).
+  void require_f32_last() { slots_.back().f32_only = true; }
   std::vector<TensorSlot> take() { return std::move(slots_); }
 
  private:

@@ -110,7 +110,7 @@ std::string quant_scheme_names() {
 
 DType choose_quant_dtype(const QuantScheme& scheme, const ModelConfig& config,
                          const TensorSlot& slot, std::string* note) {
-  if (slot.vector() || slot.role == Role::kRouter) return DType::kF32;
+  if (slot.vector() || slot.f32_only || slot.role == Role::kRouter) return DType::kF32;
   DType want = scheme.base;
   if (scheme.mixture()) want = mixture_dtype(scheme, config, slot);
   const uint64_t row = slot.shape.back();

@@ -63,6 +63,18 @@ std::string layer_name(const WeightBinder& b, int l, const char* gguf_name, cons
   return b.layer_name(l, gguf_name, hf_name);
 }
 
+// The family's GGUF name of the norm before the feed-forward block; a Qwen3-Next / Qwen3.5 GGUF
+// that steermoe wrote before 2026-12-07 has it as ffn_norm, which is still read.
+std::string ffn_norm_name(const WeightBinder& b, const ModelConfig& c, int l) {
+  const std::string name =
+      layer_name(b, l, family_def(c.family).gguf_ffn_norm, "post_attention_layernorm");
+  if (b.gguf() && !b.has(name)) {
+    std::string legacy = layer_name(b, l, "ffn_norm", "post_attention_layernorm");
+    if (b.has(legacy)) return legacy;
+  }
+  return name;
+}
+
 SwigluWeights bind_swiglu(WeightBinder& b, int l, const char* gguf_suffix, const char* hf_prefix,
                           uint64_t hidden, uint64_t ffn) {
   SwigluWeights s;
@@ -148,6 +160,27 @@ void bind_ffn(WeightBinder& b, const ModelConfig& c, int l, LayerWeights& w) {
   }
 }
 
+// A tensor of a layer past block_count is a file whose metadata and tensors disagree (llama.cpp
+// refuses it too: "wrong number of tensors"). Layers in [layers, block_count) are the
+// multi-token-prediction layers (nextn_predict_layers), present and not read.
+void refuse_layers_past_block_count(const std::vector<GgufFile>& files, const ModelConfig& c) {
+  const std::string key = c.gguf_prefix + "block_count";
+  const int64_t block_count = files.front().get_int(key);
+  for (const GgufFile& f : files) {
+    for (const GgufTensorInfo& info : f.tensor_infos()) {
+      if (info.name.rfind("blk.", 0) != 0) continue;
+      const char* digits = info.name.c_str() + 4;
+      char* end = nullptr;
+      const long long layer = std::strtoll(digits, &end, 10);
+      if (end == digits || *end != '.') continue;
+      if (layer >= block_count) {
+        fail(f.name(), "tensor '" + info.name + "'",
+             "layer {} is past the {} layers of metadata key '{}'", layer, block_count, key);
+      }
+    }
+  }
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
@@ -162,6 +195,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
     m->format_ = WeightFormat::kGguf;
     m->gguf_files_ = open_gguf_split(path);  // one file, or every file of a split model
     m->config_ = config_from_gguf(m->gguf_files_.front());
+    refuse_layers_past_block_count(m->gguf_files_, m->config_);
   } else {
     fail(path.string(), "model path",
          "expected a .gguf file or a folder with config.json and safetensors");
@@ -196,7 +230,7 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
   for (int l = 0; l < c.layers; ++l) {
     LayerWeights& w = m->layers_[static_cast<size_t>(l)];
     w.attn_norm = b.vector(layer_name(b, l, "attn_norm", "input_layernorm"), H);
-    w.ffn_norm = b.vector(layer_name(b, l, "ffn_norm", "post_attention_layernorm"), H);
+    w.ffn_norm = b.vector(ffn_norm_name(b, c, l), H);
     family_def(c.family).bind_mixer(b, c, l, w);
     bind_ffn(b, c, l, w);
   }

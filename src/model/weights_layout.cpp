@@ -58,7 +58,7 @@ std::vector<TensorSlot> tensor_layout(const ModelConfig& c, WeightFormat format)
   for (int l = 0; l < c.layers; ++l) {
     b.layer(l, "attn_norm", "input_layernorm", {H}, Role::kAttnNorm);
     def.layout_mixer(b, c, l);
-    b.layer(l, "ffn_norm", "post_attention_layernorm", {H}, Role::kFfnNorm);
+    b.layer(l, def.gguf_ffn_norm, "post_attention_layernorm", {H}, Role::kFfnNorm);
     if (!c.moe_layer[static_cast<size_t>(l)]) {
       add_swiglu(b, l, "", "mlp", H, static_cast<U>(c.dense_ffn), Role::kDenseGate, Role::kDenseUp,
                  Role::kDenseDown);

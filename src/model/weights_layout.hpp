@@ -72,6 +72,8 @@ struct TensorSlot {
   Role role = Role::kEmbed;
   int layer = -1;   // -1: not per layer
   int expert = -1;  // routed-expert roles: the expert, or -1 for all experts stacked [E, ...]
+  // Stored as F32 whatever the chosen type (GGUF ssm_conv1d: llama.cpp's ssm_conv reads only F32).
+  bool f32_only = false;
   bool vector() const { return shape.size() == 1; }
   uint64_t elements() const;
 };

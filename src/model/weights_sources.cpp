@@ -271,7 +271,8 @@ SlotSource model_slot_source(const Model& m, DTypeChooser choose, int threads) {
 
 SlotSource random_slot_source(DType dtype, uint64_t seed) {
   return random_slot_source(
-      [dtype](const TensorSlot& s) { return s.vector() ? DType::kF32 : dtype; }, seed, 1);
+      [dtype](const TensorSlot& s) { return s.vector() || s.f32_only ? DType::kF32 : dtype; }, seed,
+      1);
 }
 
 namespace {

@@ -149,6 +149,57 @@ std::vector<OracleCase> all_cases() {
 
 INSTANTIATE_TEST_SUITE_P(Oracle, OracleTest, testing::ValuesIn(all_cases()), case_name);
 
+// The hybrid families (Gated DeltaNet + gated attention) against llama.cpp: tests/data/llama_hybrid
+// holds steermoe-written GGUFs of the small Qwen3-Next and Qwen3.5 shapes (F32) and llama.cpp's
+// logits for them (bench/peers/llama_logits, commit in its README). llama.cpp reading the file at
+// all checks the tensor names, types and metadata the writer chose; these logits check that
+// both engines give those tensors one meaning (value-head order, fused beta/alpha, interleaved
+// mRoPE sections, zero-centred norms).
+struct HybridCase {
+  std::string model;
+  bool batched;
+};
+
+void PrintTo(const HybridCase& c, std::ostream* os) {
+  *os << c.model << (c.batched ? " batched" : " incremental");
+}
+
+std::string hybrid_case_name(const testing::TestParamInfo<HybridCase>& p) {
+  return p.param.model + (p.param.batched ? "_batched" : "_incremental");
+}
+
+class LlamaHybridTest : public testing::TestWithParam<HybridCase> {};
+
+TEST_P(LlamaHybridTest, MatchesLlamaCpp) {
+  const HybridCase& c = GetParam();
+  const fs::path dir = kOracle.parent_path() / "llama_hybrid" / c.model;
+  auto model = model::Model::load(dir / "model.gguf");
+  ASSERT_GT(model->config().linear_layer_count(), 0);
+  const std::vector<int32_t> tokens =
+      read_json(dir / "tokens.json").at("tokens").get<std::vector<int32_t>>();
+  const std::vector<float> expected =
+      read_f32(dir / (c.batched ? "logits_batched.bin" : "logits.bin"));
+  const auto V = static_cast<size_t>(model->config().vocab);
+  ASSERT_EQ(expected.size(), tokens.size() * V);
+  const EngineRun run = run_model(*model, tokens, c.batched, 1);
+  float max_diff = 0.0f;
+  for (size_t p = 0; p < tokens.size(); ++p) {
+    std::span<const float> got(&run.logits[p * V], V), want(&expected[p * V], V);
+    for (size_t i = 0; i < V; ++i) max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+    EXPECT_EQ(argmax(got), argmax(want)) << "position " << p;
+  }
+  EXPECT_LE(max_diff, kLogitTolerance);
+  std::printf("[ oracle   ] %s%s max |logit diff| = %.6g\n", c.model.c_str(),
+              c.batched ? "_batched" : "_incremental", max_diff);
+}
+
+INSTANTIATE_TEST_SUITE_P(LlamaHybrid, LlamaHybridTest,
+                         testing::Values(HybridCase{"qwen3next", false},
+                                         HybridCase{"qwen3next", true},
+                                         HybridCase{"qwen35moe", false},
+                                         HybridCase{"qwen35moe", true}),
+                         hybrid_case_name);
+
 // The batched prompt and the one-at-a-time loop agree with each other far more tightly than
 // with llama.cpp (same kernels, same reduction order per row).
 TEST(OracleConsistency, BatchedEqualsIncremental) {

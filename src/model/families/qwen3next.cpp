@@ -9,7 +9,7 @@
 //   HF Qwen3-Next   in_proj_qkvz / in_proj_ba fused, interleaved per key head -> rows gathered
 //   HF Qwen3.5      in_proj_qkv, in_proj_z, in_proj_b, in_proj_a            -> used in place
 //   GGUF qwen3next  attn_qkv, attn_gate (de-interleaved by llama.cpp; older files: ssm_in, the
-//                   interleaved in_proj_qkvz), ssm_beta_alpha (fused)
+//                   interleaved in_proj_qkvz), ssm_ba (fused)
 //   GGUF qwen35moe  attn_qkv, attn_gate, ssm_beta, ssm_alpha; value heads in tiled order
 // A_log is kept as -exp(A_log) (what GGUF's ssm_a stores). The writer undoes all of it.
 #include <fmt/format.h>
@@ -87,7 +87,8 @@ void text_from_hf(const HfFields& f, ModelConfig& c) {
 // Gated DeltaNet tensors. HF: Qwen3-Next stores in_proj_qkvz / in_proj_ba fused and
 // interleaved per key head, Qwen3.5 in_proj_qkv / z / b / a split; A_log and dt_bias have no
 // ".weight". GGUF (llama.cpp): attn_qkv, attn_gate, ssm_beta + ssm_alpha (qwen35moe) or
-// ssm_beta_alpha (qwen3next), ssm_conv1d [conv_dim, K], ssm_dt.bias, ssm_a, ssm_norm, ssm_out.
+// ssm_ba (qwen3next), ssm_conv1d [conv_dim, K] (F32: llama.cpp's ssm_conv reads nothing else),
+// ssm_dt.bias, ssm_a, ssm_norm, ssm_out.
 void layout_linear_attention(LayoutBuilder& b, const ModelConfig& c, int l) {
   using U = uint64_t;
   const LinearAttnConfig& a = c.linear;
@@ -106,7 +107,7 @@ void layout_linear_attention(LayoutBuilder& b, const ModelConfig& c, int l) {
     b.add(gg("attn_qkv.weight"), hf("in_proj_qkv.weight"), {conv_dim, H}, Role::kLinQkv, l);
     b.add(gg("attn_gate.weight"), hf("in_proj_z.weight"), {vd, H}, Role::kLinZ, l);
     if (next) {
-      b.add(gg("ssm_beta_alpha.weight"), "", {2 * nv, H}, Role::kLinBa, l);
+      b.add(gg("ssm_ba.weight"), "", {2 * nv, H}, Role::kLinBa, l);
     } else {
       b.add(gg("ssm_beta.weight"), hf("in_proj_b.weight"), {nv, H}, Role::kLinB, l);
       b.add(gg("ssm_alpha.weight"), hf("in_proj_a.weight"), {nv, H}, Role::kLinA, l);
@@ -114,6 +115,7 @@ void layout_linear_attention(LayoutBuilder& b, const ModelConfig& c, int l) {
   }
   b.add(gg("ssm_conv1d.weight"), hf("conv1d.weight"),
         b.gguf() ? std::vector<U>{conv_dim, K} : std::vector<U>{conv_dim, 1, K}, Role::kLinConv, l);
+  if (b.gguf()) b.require_f32_last();
   b.add(gg("ssm_dt.bias"), hf("dt_bias"), {nv}, Role::kLinDtBias, l);
   b.add(gg("ssm_a"), hf("A_log"), {nv}, Role::kLinALog, l);
   b.add(gg("ssm_norm.weight"), hf("norm.weight"), {static_cast<U>(a.v_head_dim)}, Role::kLinNorm,
@@ -179,8 +181,11 @@ void bind_linear_attention(WeightBinder& b, const ModelConfig& c, int l, LinearA
   }
   if (next) {
     const FusedRows rows = qwen3next_fused_rows(a);
-    const TensorView ba =
-        b.require(p + (b.gguf() ? "ssm_beta_alpha.weight" : "in_proj_ba.weight"), {2 * nv, H});
+    // GGUF: llama.cpp's ssm_ba; ssm_beta_alpha in files steermoe wrote before 2026-12-07.
+    const std::string ba_name = !b.gguf()                            ? p + "in_proj_ba.weight"
+                                : b.has(p + "ssm_beta_alpha.weight") ? p + "ssm_beta_alpha.weight"
+                                                                     : p + "ssm_ba.weight";
+    const TensorView ba = b.require(ba_name, {2 * nv, H});
     w.b = b.gather_rows(ba, rows.b, H);
     w.a = b.gather_rows(ba, rows.a, H);
   } else {
@@ -367,6 +372,22 @@ class Hybrid final : public FamilyDef {
            interval);
     }
     c.linear_layer.assign(static_cast<size_t>(std::max(c.layers, 0)), 0);
+    const std::string recurrent = p + "attention.recurrent_layers";
+    if (f.has(recurrent)) {
+      // llama.cpp's converter writes the pattern from config.json's layer_types when it has one
+      // (over block_count entries: the multi-token-prediction layers last, as false).
+      const GgufArray& pattern = f.get_array(recurrent);
+      if (pattern.element_type != GgufType::kBool ||
+          pattern.items.size() < static_cast<size_t>(c.layers)) {
+        fail(f.name(), recurrent, "expected an array of at least {} bools, found {} {}", c.layers,
+             pattern.items.size(), gguf_type_name(pattern.element_type));
+      }
+      for (int l = 0; l < c.layers; ++l) {
+        c.linear_layer[static_cast<size_t>(l)] =
+            std::get<bool>(pattern.items[static_cast<size_t>(l)].value) ? 1 : 0;
+      }
+      return;
+    }
     for (int l = 0; l < c.layers; ++l)
       c.linear_layer[static_cast<size_t>(l)] = (l + 1) % interval != 0;
   }
@@ -434,12 +455,12 @@ class Hybrid final : public FamilyDef {
     kv.u32("ssm.inner_size", a.value_dim());
     kv.u32("full_attention_interval", interval);
     if (c.family == Family::kQwen35Moe) {
-      // mRoPE sections (text positions make them irrelevant; llama.cpp requires the key).
+      // Interleaved mRoPE sections (llama.cpp requires the key): rotary pair k takes section
+      // k % 3 while k < 3 x that section's size, so the sizes ceil(half / 3), (half + 1) / 3 and
+      // half / 3 give every pair one of the three (HF's [11, 11, 10] at half 32). With text
+      // positions the three are the same position and this is plain RoPE.
       const int half = c.rotary_dim() / 2;
-      const int t = half == 32 ? 11 : half;
-      const int h = half == 32 ? 11 : 0;
-      const int w = half - t - h;
-      const std::vector<int32_t> sections = {t, h, w, 0};
+      const std::vector<int32_t> sections = {(half + 2) / 3, (half + 1) / 3, half / 3, 0};
       kv.add("rope.dimension_sections", GgufValue::i32_array(sections));
     }
   }
@@ -554,7 +575,7 @@ class Hybrid final : public FamilyDef {
       case Role::kLinOut:
         return model_dtype(la.out.dtype);
       case Role::kLinConv:
-        return la.conv.source_dtype;
+        return s.f32_only ? DType::kF32 : la.conv.source_dtype;
       case Role::kLinDtBias:
         return la.dt_bias.source_dtype;
       case Role::kLinALog:
@@ -618,7 +639,8 @@ const FamilyDef& qwen3next_family() {
                               .gguf_archs = kNextGgufArchs,
                               .attention = Mixer::kGqa,
                               .hybrid = true,
-                              .hf_shared_expert = "mlp.shared_expert"});
+                              .hf_shared_expert = "mlp.shared_expert",
+                              .gguf_ffn_norm = "post_attention_norm"});
   return family;
 }
 
@@ -630,6 +652,7 @@ const FamilyDef& qwen35moe_family() {
                               .attention = Mixer::kGqa,
                               .hybrid = true,
                               .hf_shared_expert = "mlp.shared_expert",
+                              .gguf_ffn_norm = "post_attention_norm",
                               .shapes = kShapes,
                               .small_shapes = kSmallShapes});
   return family;
