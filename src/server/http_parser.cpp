@@ -347,6 +347,8 @@ const char* reason_phrase(int status) {
       return "Content Too Large";
     case 414:
       return "URI Too Long";
+    case 415:
+      return "Unsupported Media Type";
     case 417:
       return "Expectation Failed";
     case 431:

@@ -1,6 +1,7 @@
 #include "server/http_server.hpp"
 
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -37,6 +38,21 @@ bool same_secret(const std::string& given, const std::string& expected) {
     diff |= static_cast<unsigned>(static_cast<unsigned char>(g ^ expected[i]));
   }
   return diff == 0;
+}
+
+// The credentials of an Authorization value with the Bearer scheme, "" for any other. Schemes
+// are case-insensitive (RFC 7235: some proxies and clients send "bearer"), and one or more
+// spaces separate the scheme from the token.
+std::string bearer_token(const std::string& authorization) {
+  constexpr std::string_view kScheme = "bearer";
+  if (authorization.size() <= kScheme.size()) return {};
+  for (size_t i = 0; i < kScheme.size(); ++i) {
+    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return {};
+  }
+  size_t at = kScheme.size();
+  if (authorization[at] != ' ') return {};
+  while (at < authorization.size() && authorization[at] == ' ') ++at;
+  return authorization.substr(at);
 }
 
 std::string random_id(const char* prefix) {
@@ -167,10 +183,7 @@ struct HttpServer::Impl {
   bool authorized(const http::Request& req) const {
     if (options.api_key.empty()) return true;
     const std::string* auth = req.field("authorization");
-    const std::string prefix = "Bearer ";
-    const std::string given =
-        auth && auth->rfind(prefix, 0) == 0 ? auth->substr(prefix.size()) : std::string();
-    return same_secret(given, options.api_key);
+    return same_secret(auth ? bearer_token(*auth) : std::string(), options.api_key);
   }
 
   // Before the body is read: unknown path, wrong method, missing key.
@@ -190,6 +203,24 @@ struct HttpServer::Impl {
     if (!route->open && !authorized(req)) {
       return error_response(ApiError(401, "invalid or missing API key (Authorization: Bearer KEY)",
                                      "", "invalid_request_error", "invalid_api_key"));
+    }
+    // A compressed body would only fail later as "not valid JSON": say what is wrong instead.
+    if (const std::string* enc = req.field("content-encoding")) {
+      std::string e;
+      for (const char ch : *enc) {
+        if (ch != ' ' && ch != '\t')
+          e += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+      }
+      if (!e.empty() && e != "identity") {
+        http::Response r = error_response(
+            ApiError(415,
+                     fmt::format("Content-Encoding '{}' is not supported: send the body "
+                                 "uncompressed",
+                                 *enc),
+                     "", "invalid_request_error", "unsupported_media_type"));
+        r.fields.emplace_back("Accept-Encoding", "identity");
+        return r;
+      }
     }
     return std::nullopt;
   }

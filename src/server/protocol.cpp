@@ -138,6 +138,7 @@ bool common_field(const std::string& key, const json& v, RequestExtras& extras, 
   } else if (key == "stream_options") {
     if (v.is_null()) return true;
     if (!v.is_object()) bad(key, "'stream_options' must be an object");
+    extras.stream_options = true;
     for (const auto& [k, x] : v.items()) {
       if (k == "include_obfuscation") {  // OpenAI's padding of streamed events: not needed
         extras.ignored.push_back("stream_options." + k);
@@ -329,6 +330,14 @@ void check_text_fits(std::string_view text, const ProtocolLimits& limits,
   }
 }
 
+// OpenAI and vLLM refuse stream_options on a request that does not stream (a client that sends it
+// expects a usage chunk that would never come).
+void check_stream_options(const RequestExtras& extras) {
+  if (extras.stream_options && !extras.stream) {
+    bad("stream_options", "'stream_options' is only allowed when 'stream' is true");
+  }
+}
+
 void check_room(size_t prompt_tokens, int max_tokens, const ProtocolLimits& limits,
                 const std::string& param) {
   const uint64_t asked = prompt_tokens + static_cast<uint64_t>(std::max(max_tokens, 0));
@@ -406,6 +415,7 @@ CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer&
     }
   }
   if (!have_prompt) bad("prompt", "'prompt' is required");
+  check_stream_options(r.extras);
   for (const auto& p : r.prompts) check_room(p.size(), o.max_tokens, limits, "prompt");
   return r;
 }
@@ -416,14 +426,19 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
   SamplingOptions& o = r.options;
   bool have_messages = false;
   bool have_top = false;
+  bool completion_tokens_given = false;
   for (const auto& [key, v] : body.items()) {
     if (common_field(key, v, r.extras, o, limits)) continue;
     if (key == "messages") {
       have_messages = true;
       r.messages = parse_messages(v);
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
+      // Both given: max_completion_tokens (OpenAI's current name; max_tokens is deprecated in
+      // chat) wins, as in vLLM, whatever the order of the keys.
       if (!v.is_null()) {
-        o.max_tokens = static_cast<int>(get_int(v, key, 0, limits.context));
+        const int n = static_cast<int>(get_int(v, key, 0, limits.context));
+        if (key == "max_completion_tokens" || !completion_tokens_given) o.max_tokens = n;
+        if (key == "max_completion_tokens") completion_tokens_given = true;
         r.max_tokens_given = true;
       }
     } else if (key == "logprobs") {
@@ -457,6 +472,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
     }
   }
   if (!have_messages) bad("messages", "'messages' is required");
+  check_stream_options(r.extras);
   if (have_top && !r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   if (!r.max_tokens_given) {
     o.max_tokens = limits.context;  // chat default: until EOS or the context is full

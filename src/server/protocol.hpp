@@ -55,6 +55,7 @@ struct RequestExtras {
   std::string model;
   bool stream = false;
   bool include_usage = false;        // stream_options.include_usage
+  bool stream_options = false;       // stream_options given (only allowed with stream: true)
   std::string policy;                // "steermoe": {"policy": ...}; "" = server default
   int cache = -1;                    // "steermoe": {"cache": C}; -1 = server default
   std::vector<std::string> ignored;  // accepted fields without effect (logged once each)

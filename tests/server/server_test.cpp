@@ -93,6 +93,38 @@ TEST(ServerProtocol, RejectsBadFieldsWithTheParam) {
   EXPECT_EQ(param_of({{"prompt", "x"}, {"steermoe", {{"polcy", "exact"}}}}), "steermoe.polcy");
   EXPECT_EQ(param_of({{"max_tokens", 3}}), "prompt");
   EXPECT_EQ(param_of({{"prompt", "x"}, {"max_tokens", 0}, {"echo", true}}), "<accepted>");
+  // stream_options only with stream: true (OpenAI's and vLLM's rule).
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"stream_options", {{"include_usage", true}}}}),
+            "stream_options");
+  EXPECT_EQ(
+      param_of({{"prompt", "x"}, {"stream", false}, {"stream_options", {{"include_usage", true}}}}),
+      "stream_options");
+  EXPECT_EQ(
+      param_of({{"prompt", "x"}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}),
+      "<accepted>");
+  EXPECT_EQ(param_of({{"prompt", "x"}, {"stream_options", nullptr}}), "<accepted>");
+}
+
+// Chat: max_completion_tokens (OpenAI's current name) wins over the deprecated max_tokens when
+// both are given, as in vLLM.
+TEST(ServerProtocol, MaxCompletionTokensWinsOverMaxTokens) {
+  ProtocolLimits lim{.context = 256, .vocab = 4096};
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(
+      parse_chat({{"messages", messages}, {"max_completion_tokens", 2}, {"max_tokens", 3}}, lim)
+          .options.max_tokens,
+      2);
+  EXPECT_EQ(
+      parse_chat({{"messages", messages}, {"max_tokens", 3}, {"max_completion_tokens", 7}}, lim)
+          .options.max_tokens,
+      7);
+  EXPECT_EQ(parse_chat({{"messages", messages}, {"max_tokens", 3}}, lim).options.max_tokens, 3);
+  EXPECT_EQ(
+      parse_chat({{"messages", messages}, {"max_completion_tokens", nullptr}, {"max_tokens", 4}},
+                 lim)
+          .options.max_tokens,
+      4);
+  EXPECT_EQ(parse_chat({{"messages", messages}}, lim).options.max_tokens, 256);
 }
 
 TEST(ServerProtocol, BodyChecks) {
@@ -395,6 +427,26 @@ TEST(Server, ChatLogprobsAndTemplate) {
   EXPECT_NE(bad["error"]["message"].get<std::string>().find("no system role"), std::string::npos);
 }
 
+// A compressed body is refused as such (415, with the encoding named), not as bad JSON.
+TEST(Server, CompressedBodiesAreRefusedAsSuch) {
+  ServerOptions o;
+  Running r(o);
+  auto c = r.client();
+  const std::string body = dump({{"prompt", "hello"}, {"max_tokens", 1}});
+  auto gz = c->Post("/v1/completions", httplib::Headers{{"Content-Encoding", "gzip"}}, body,
+                    "application/json");
+  ASSERT_TRUE(gz);
+  EXPECT_EQ(gz->status, 415);
+  const json e = parse_ordered_json_or_throw(gz->body)["error"];
+  EXPECT_EQ(e["code"], "unsupported_media_type");
+  EXPECT_NE(e["message"].get<std::string>().find("'gzip'"), std::string::npos);
+  auto plain = c->Post("/v1/completions", httplib::Headers{{"Content-Encoding", "Identity"}}, body,
+                       "application/json");
+  ASSERT_TRUE(plain);
+  EXPECT_EQ(plain->status, 200) << plain->body;
+  EXPECT_EQ(c->Get("/health")->status, 200);
+}
+
 TEST(Server, OtherEndpoints) {
   ServerOptions o;
   o.api_key = "s3cret";
@@ -408,6 +460,17 @@ TEST(Server, OtherEndpoints) {
   ASSERT_TRUE(denied);
   EXPECT_EQ(denied->status, 401);
   EXPECT_EQ(parse_ordered_json_or_throw(denied->body)["error"]["code"], "invalid_api_key");
+  // The scheme in any case, one or more spaces before the token (RFC 7235); nothing else.
+  for (const auto& [auth, want] : std::vector<std::pair<std::string, int>>{{"bearer s3cret", 200},
+                                                                           {"BEARER   s3cret", 200},
+                                                                           {"Bearer s3cret", 200},
+                                                                           {"Basic s3cret", 401},
+                                                                           {"Bearers3cret", 401},
+                                                                           {"Bearer s3cre", 401},
+                                                                           {"bearer", 401}}) {
+    EXPECT_EQ(c->Get("/v1/models", httplib::Headers{{"Authorization", auth}})->status, want)
+        << auth;
+  }
   c->set_bearer_token_auth("s3cretX");
   EXPECT_EQ(c->Get("/v1/models")->status, 401);
   c->set_bearer_token_auth("s3cret");
