@@ -117,6 +117,10 @@ void add_make_model_command(CLI::App& root) {
       fail("make-model", "--arch", "'{}' does not match the shape's family '{}'", o->arch,
            model::family_name(c));
     }
+    if (o->layers > c.layers) {
+      fail("--layers", "count", "expected at most the shape's {} layers, found {}", c.layers,
+           o->layers);
+    }
     if (o->layers > 0 && o->layers < c.layers) {
       c.layers = o->layers;
       c.moe_layer.resize(static_cast<size_t>(c.layers));

@@ -51,6 +51,15 @@ void add_quantize_command(CLI::App& root) {
     if (!model::is_gguf_path(o->output)) {
       fail("--output", "path", "expected a path ending in .gguf, found '{}'", o->output);
     }
+    // In place would replace the full-precision source with its lossy copy (convert, lossless,
+    // may write in place).
+    std::error_code same_ec;
+    if (o->output == o->model || std::filesystem::equivalent(o->model, o->output, same_ec)) {
+      fail("--output", "path",
+           "'{}' is the input model: quantizing in place would replace the source with its "
+           "lossy copy; write to another path",
+           o->output);
+    }
     auto model = model::Model::load(o->model);
     std::vector<std::pair<std::string, model::GgufValue>> extra;
     try {

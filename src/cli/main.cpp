@@ -77,9 +77,12 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    // CLI11 uses its own exit codes (105, 106, ...) for parse errors; steermoe uses one rule.
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 1;
+    // --help and --version end parsing as "errors" with code 0: CLI11 prints them.
+    if (e.get_exit_code() == 0) return app.exit(e);
+    // A real parse error: one format for every error (CLI11 uses its own exit codes, 105, 106,
+    // ..., and no prefix; steermoe uses status 1 and "steermoe: error:").
+    std::fprintf(stderr, "steermoe: error: %s\nRun with --help for more information.\n", e.what());
+    return 1;
   } catch (const steermoe::Interrupted&) {
     std::fprintf(stderr, "\nsteermoe: interrupted; no partial output file was kept\n");
     return steermoe::kInterruptExitStatus;

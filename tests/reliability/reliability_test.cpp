@@ -437,15 +437,31 @@ TEST(Reliability, ParseAndRangeErrorsExitWithStatusOne) {
         "-1"},
        "expected a number >= 0, found -1"},
       {{"nonexistent-command"}, "unknown command 'nonexistent-command'"},
+      {{"make-model", "--arch", "olmoe", "--shape", "olmoe-small", "--random", "--layers", "50",
+        "-o", (s / "m.gguf").string()},
+       "--layers: count: expected at most the shape's 3 layers, found 50"},
   };
   for (const Case& k : cases) {
     const Child c = run_binary(k.args, s);
     EXPECT_EQ(c.exit_status, 1) << k.args.back() << ": " << c.err;
     EXPECT_THAT(c.err, HasSubstr(k.message));
+    // One format for every error, CLI11's parse errors included.
+    EXPECT_THAT(c.err, testing::StartsWith("steermoe: error: "));
     EXPECT_LT(c.err.size(), 300u) << "long message (DBL_MAX digits?): " << c.err;
   }
   EXPECT_EQ(run_binary({"--help"}, s).exit_status, 0);
   EXPECT_EQ(run_binary({"run", "--help"}, s).exit_status, 0);
+  // quantize in place would replace the source with its lossy copy: refused, the file untouched
+  // (also through another spelling of the same path).
+  std::filesystem::copy_file(model, s / "src.gguf");
+  const auto before = std::filesystem::file_size(s / "src.gguf");
+  for (const fs::path& out : {s / "src.gguf", s / "." / "src.gguf"}) {
+    const Child q = run_binary(
+        {"quantize", "-m", (s / "src.gguf").string(), "--type", "q8_0", "-o", out.string()}, s);
+    EXPECT_EQ(q.exit_status, 1) << q.err;
+    EXPECT_THAT(q.err, HasSubstr("is the input model"));
+    EXPECT_EQ(std::filesystem::file_size(s / "src.gguf"), before);
+  }
   // Output folder problems are clear errors, not raw filesystem_error text.
   write(s / "file", "x");
   const Child c = run_binary({"make-model", "--arch", "olmoe", "--shape", "olmoe-small", "--random",
