@@ -506,7 +506,7 @@ json completion_logprobs(const Job& job, const tokenizer::Tokenizer& tok, bool e
        offsets = json::array();
   auto add = [&](const ScoredToken& t) {
     const std::string piece = tok.token_bytes(t.id);
-    tokens.push_back(piece);
+    tokens.push_back(token_string(piece));
     offsets.push_back(offset);
     offset += code_points(piece);
     if (!t.logprob) {
@@ -517,7 +517,7 @@ json completion_logprobs(const Job& job, const tokenizer::Tokenizer& tok, bool e
     token_logprobs.push_back(*t.logprob);
     json alts = json::object();
     for (const auto& [id, lp] : t.top) {
-      const std::string key = tok.token_bytes(id);
+      const std::string key = token_string(tok.token_bytes(id));
       if (!alts.contains(key)) alts[key] = lp;
     }
     top.push_back(std::move(alts));
@@ -582,9 +582,10 @@ json chat_logprobs(const Job& job, const tokenizer::Tokenizer& tok, int top, siz
     json alts = json::array();
     for (size_t k = 0; k < t.top.size() && static_cast<int>(k) < top; ++k) {
       const std::string alt = tok.token_bytes(t.top[k].first);
-      alts.push_back({{"token", alt}, {"logprob", t.top[k].second}, {"bytes", bytes_of(alt)}});
+      alts.push_back(
+          {{"token", token_string(alt)}, {"logprob", t.top[k].second}, {"bytes", bytes_of(alt)}});
     }
-    content.push_back({{"token", piece},
+    content.push_back({{"token", token_string(piece)},
                        {"logprob", t.logprob.value_or(0.0)},
                        {"bytes", bytes_of(piece)},
                        {"top_logprobs", alts}});

@@ -60,4 +60,17 @@ size_t code_points(std::string_view s) {
   return n;
 }
 
+std::string token_string(std::string_view bytes) {
+  if (valid_utf8(bytes)) return std::string(bytes);
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out = "bytes:";
+  for (const char c : bytes) {
+    const auto b = static_cast<unsigned char>(c);
+    out += "\\x";
+    out += kHex[b >> 4];
+    out += kHex[b & 15];
+  }
+  return out;
+}
+
 }  // namespace steermoe::server

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 #include <string_view>
 
 namespace steermoe::server {
@@ -17,5 +18,10 @@ size_t complete_prefix(std::string_view s);
 
 // Number of code points in `s` (every byte that is not a continuation byte starts one).
 size_t code_points(std::string_view s);
+
+// A token's bytes as a logprobs token string: the text itself when it is valid UTF-8, else
+// OpenAI's spelling "bytes:\xe6\x97" (a byte-level token holding part of a character would
+// otherwise serialize as U+FFFD: different tokens alike, and keys of top_logprobs colliding).
+std::string token_string(std::string_view bytes);
 
 }  // namespace steermoe::server

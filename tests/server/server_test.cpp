@@ -200,6 +200,57 @@ TEST(Server, EchoLogprobsEqualTheEngineBitForBit) {
   EXPECT_EQ(res["usage"]["completion_tokens"], 2);
 }
 
+// Byte-level tokens that hold part of a character: their logprobs token strings are OpenAI's
+// "bytes:\xe6\x97" spelling, never U+FFFD, so the tokens still spell the text exactly and
+// distinct tokens stay distinct keys of top_logprobs (chat: the same in "token", with "bytes").
+TEST(Server, PartialCharacterTokensAreSpelledAsBytes) {
+  ServerOptions o;
+  Running r(o);
+  const std::string text = "日本語のテキスト：東京は大きな都市です。";
+  const std::vector<int32_t> ids = ids_of(text);
+  int status = 0;
+  const json res = post(
+      r, "/v1/completions",
+      {{"prompt", ids}, {"max_tokens", 2}, {"echo", true}, {"logprobs", 5}, {"temperature", 0}},
+      &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  const json& lp = res["choices"][0]["logprobs"];
+  auto bytes_of = [](const std::string& s) {
+    if (s.rfind("bytes:", 0) != 0) return s;
+    std::string out;
+    for (size_t i = 6; i + 4 <= s.size() && s.compare(i, 2, "\\x") == 0; i += 4)
+      out += static_cast<char>(std::stoi(s.substr(i + 2, 2), nullptr, 16));
+    return out;
+  };
+  std::string spelled;
+  int partial = 0;
+  for (const json& t : lp["tokens"]) {
+    const std::string s = t.get<std::string>();
+    EXPECT_EQ(s.find("\xef\xbf\xbd"), std::string::npos) << s;
+    if (s.rfind("bytes:", 0) == 0) ++partial;
+    spelled += bytes_of(s);
+  }
+  EXPECT_GT(partial, 0) << "no token held part of a character: the test checks nothing";
+  EXPECT_EQ(spelled.substr(0, text.size()), text);  // the echoed prompt, byte for byte
+  for (const json& top : lp["top_logprobs"]) {
+    if (top.is_null()) continue;
+    for (const auto& [k, v] : top.items()) EXPECT_EQ(k.find("\xef\xbf\xbd"), std::string::npos);
+  }
+  const json chat = post(r, "/v1/chat/completions",
+                         {{"messages", {{{"role", "user"}, {"content", text}}}},
+                          {"max_tokens", 4},
+                          {"logprobs", true},
+                          {"top_logprobs", 3},
+                          {"temperature", 0}},
+                         &status);
+  ASSERT_EQ(status, 200) << dump(chat);
+  for (const json& c : chat["choices"][0]["logprobs"]["content"]) {
+    std::string raw;
+    for (const json& b : c["bytes"]) raw += static_cast<char>(b.get<int>());
+    EXPECT_EQ(bytes_of(c["token"].get<std::string>()), raw);
+  }
+}
+
 TEST(Server, PerRequestPolicyIsUsedAndReported) {
   ServerOptions o;
   Running r(o);
