@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "cli/commands.hpp"
@@ -70,12 +71,15 @@ void add_convert_command(CLI::App& root) {
       if (example.empty()) example = s.name + " (" + std::string(model::dtype_name(stored)) + ")";
       return model::DType::kF32;
     };
-    // Count first (dtype_of is called again, quietly, while writing).
+    // Count first (dtype_of is called again, quietly, while writing); and the matrices' types.
+    std::set<model::DType> matrix_types;
     for (const auto& s :
          model::tensor_layout(model->config(), to_gguf ? model::WeightFormat::kGguf
                                                        : model::WeightFormat::kSafetensors)) {
       const model::DType stored = model::stored_dtype(*model, s);
-      if (!forced && choose(s, stored) != stored) ++changed;
+      const model::DType chosen = choose(s, stored);
+      if (!forced && chosen != stored) ++changed;
+      if (!s.vector() && !s.f32_only && s.role != model::Role::kRouter) matrix_types.insert(chosen);
     }
     if (changed > 0) {
       std::fprintf(stderr,
@@ -84,10 +88,16 @@ void add_convert_command(CLI::App& root) {
                    changed, to_gguf ? "GGUF" : "safetensors", example.c_str());
     }
     if (to_gguf) {
-      if (forced) {  // every matrix one type: say so as llama.cpp's tools read it
-        extra.emplace_back("general.file_type",
-                           model::GgufValue::u32(model::gguf_file_type(*forced)));
+      // What llama.cpp's tools print as the model's type: every matrix of one plain type says
+      // so; otherwise a GGUF source's own value (its tensors keep their types).
+      std::optional<uint32_t> file_type;
+      if (matrix_types.size() == 1 && !model::dtype_is_quantized(*matrix_types.begin())) {
+        file_type = model::gguf_file_type(*matrix_types.begin());
+      } else if (model::is_gguf_path(o->model)) {
+        if (const auto v = model::GgufFile::open(o->model).find_uint("general.file_type"))
+          file_type = static_cast<uint32_t>(*v);
       }
+      if (file_type) extra.emplace_back("general.file_type", model::GgufValue::u32(*file_type));
       // One file, written under a temporary name and renamed when complete (OutputFile).
       model::write_model(model->config(), o->output, model::model_slot_source(*model, choose),
                          extra);

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -44,6 +45,7 @@ struct SweepCli {
   std::vector<double> residencies;
   int rounds = 3, windows = 4, window_len = 256, max_windows = 0, threads = 1, max_inflight = 2;
   std::string link = "resident", calib, plot = "tools/plot/plot.py", python = "/usr/bin/python3";
+  bool plot_given = false;                          // --plot on the command line
   std::string pacing = "fifo", issue = "boundary";  // bench/kl --prefetch-pacing / -issue
   std::string moe_wait = "all";                     // bench/kl --moe-wait
   bool token_ms = false, no_bench = false, no_kl = false;
@@ -255,8 +257,15 @@ void run_sweep(const SweepCli& o) {
                o.no_kl ? "" : (dir / "kl.json").c_str(),
                o.no_bench ? "" : (" " + (dir / "bench.json").string()).c_str());
   if (o.no_kl || o.no_bench) return;
+  // The default script is relative to the repository; run elsewhere, the one of the checkout
+  // this binary was built from (STEERMOE_PLOT names another).
+  std::string script = o.plot;
+  if (!o.plot_given && !fs::exists(script)) {
+    const char* env = std::getenv("STEERMOE_PLOT");
+    script = env != nullptr && *env != '\0' ? env : STEERMOE_PLOT_SCRIPT;
+  }
   const std::vector<std::string> plot{o.python,
-                                      o.plot,
+                                      script,
                                       "frontier",
                                       "--kl",
                                       (dir / "kl.json").string(),
@@ -266,14 +275,14 @@ void run_sweep(const SweepCli& o) {
                                       (dir / "frontier.png").string(),
                                       "-o",
                                       (dir / "frontier.svg").string()};
-  if (fs::exists(o.plot) && fs::exists(o.python)) {
+  if (fs::exists(script) && fs::exists(o.python)) {
     run_process(plot);
     std::fprintf(stderr, "sweep: frontier %s\n", (dir / "frontier.png").c_str());
   } else {
     std::fprintf(stderr,
                  "sweep: %s not found; draw the frontier with: %s %s frontier --kl %s "
                  "--bench %s -o frontier.png\n",
-                 o.plot.c_str(), o.python.c_str(), o.plot.c_str(), (dir / "kl.json").c_str(),
+                 script.c_str(), o.python.c_str(), script.c_str(), (dir / "kl.json").c_str(),
                  (dir / "bench.json").c_str());
   }
 }
@@ -327,7 +336,11 @@ void add_sweep_command(CLI::App& root) {
   cmd->add_flag("--token-ms", o->token_ms, "bench: keep every token's latency (CDF plots)");
   cmd->add_flag("--no-bench", o->no_bench, "Only kl");
   cmd->add_flag("--no-kl", o->no_kl, "Only bench");
-  cmd->add_option("--plot", o->plot, "The plot script (frontier drawn when it exists)");
+  cmd->add_option("--plot", o->plot,
+                  "The plot script (frontier drawn when it exists; default: tools/plot/plot.py "
+                  "here, else the one of the checkout this binary was built from, or "
+                  "$STEERMOE_PLOT)")
+      ->each([o](const std::string&) { o->plot_given = true; });
   cmd->add_option("--python", o->python, "Python with matplotlib for the plot");
   cmd->final_callback([o] { run_sweep(*o); });
 }

@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -167,6 +168,31 @@ TEST(MakeModel, SmallHybridModelsRoundTripWithinRounding) {
 }
 
 // ".GGUF" is a GGUF file in every reader and writer (it made an HF folder of that name).
+// general.file_type (what llama.cpp's tools print as the model's type) survives conversions:
+// from the matrices when they share one plain type (GGUF -> HF -> GGUF lost it), else from a GGUF
+// source (a quantized mixture kept as it is).
+TEST(Convert, FileTypeSurvivesRoundTrips) {
+  auto file_type = [](const fs::path& p) {
+    return model::GgufFile::open(p).find_uint("general.file_type");
+  };
+  const fs::path bf16 = temp("ft_bf16.gguf"), hf = temp("ft_hf"), back = temp("ft_back.gguf");
+  ASSERT_EQ(run_cli("make-model --arch olmoe --shape olmoe-small --random --dtype bf16 -o " +
+                    bf16.string()),
+            0);
+  ASSERT_EQ(file_type(bf16), std::optional<uint64_t>(32));
+  ASSERT_EQ(run_cli("convert -m " + bf16.string() + " -o " + hf.string()), 0);
+  ASSERT_EQ(run_cli("convert -m " + hf.string() + " -o " + back.string()), 0);
+  EXPECT_EQ(file_type(back), std::optional<uint64_t>(32));
+  const fs::path q = temp("ft_q4km.gguf"), q_back = temp("ft_q4km_back.gguf");
+  ASSERT_EQ(run_cli("quantize -m " + bf16.string() + " --type q4_k_m -o " + q.string()), 0);
+  ASSERT_EQ(file_type(q), std::optional<uint64_t>(15));
+  ASSERT_EQ(run_cli("convert -m " + q.string() + " -o " + q_back.string()), 0);
+  EXPECT_EQ(file_type(q_back), std::optional<uint64_t>(15));
+  const fs::path f16 = temp("ft_f16.gguf");
+  ASSERT_EQ(run_cli("convert -m " + q.string() + " -o " + f16.string() + " --dtype f16"), 0);
+  EXPECT_EQ(file_type(f16), std::optional<uint64_t>(1));
+}
+
 TEST(MakeModel, AnUpperCaseGgufExtensionIsAGgufFile) {
   const fs::path out = fs::temp_directory_path() / "steermoe_upper.GGUF";
   fs::remove_all(out);

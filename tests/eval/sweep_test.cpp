@@ -97,6 +97,31 @@ TEST(Sweep, QuietPrintsNoProgress) {
   EXPECT_TRUE(fs::exists(dir / "kl.json"));
 }
 
+// Run outside the repository without --plot, the frontier script is the checkout's the binary
+// was built from (was: "tools/plot/plot.py not found"). A python that does not exist keeps the
+// test from drawing: the message names the script it would run.
+TEST(Sweep, FindsItsPlotScriptFromAnyFolder) {
+  const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_plot";
+  fs::remove_all(dir);
+  // From a folder with no tools/plot/plot.py (restored after the run).
+  const fs::path cwd = fs::current_path();
+  fs::current_path(fs::temp_directory_path());
+  ASSERT_FALSE(fs::exists("tools/plot/plot.py"));
+  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
+  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const auto run = testing::run_cli("sweep -q -m " + model + " -f " + text +
+                                    " --grid psr:lambda=0.3,n=1 --cache 16 --rounds 1 --windows 1"
+                                    " --window-len 16 --max-windows 1 --python /nonexistent/python3"
+                                    " -o " +
+                                    dir.string());
+  fs::current_path(cwd);
+  ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_THAT(run.output,
+              ::testing::HasSubstr("/nonexistent/python3 " + std::string(STEERMOE_SOURCE_DIR) +
+                                   "/tools/plot/plot.py frontier"));
+  fs::remove_all(dir);
+}
+
 TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_modes";
   fs::remove_all(dir);
