@@ -102,7 +102,7 @@ void add_compare_command(CLI::App& root) {
                 "Drop items present on one side only (default: such an item is an error)");
   cmd->add_option("--scale", o->options.scale,
                   "Multiply scores in the report (100: accuracy in points)")
-      ->check(CLI::PositiveNumber);
+      ->check(Positive);
   cmd->add_option("--draws", o->options.draws,
                   "Sign-flip test: random sign vectors when n > 20 (at least 100000)")
       ->check(CLI::Range(int64_t{100000}, int64_t{1} << 40));

@@ -437,6 +437,7 @@ TEST(Reliability, ParseAndRangeErrorsExitWithStatusOne) {
         "-1"},
        "expected a number >= 0, found -1"},
       {{"nonexistent-command"}, "unknown command 'nonexistent-command'"},
+      {{"compare", "--latency", "x.json", "--scale", "-1"}, "--scale"},
       {{"make-model", "--arch", "olmoe", "--shape", "olmoe-small", "--random", "--layers", "50",
         "-o", (s / "m.gguf").string()},
        "--layers: count: expected at most the shape's 3 layers, found 50"},
