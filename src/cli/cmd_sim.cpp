@@ -325,7 +325,8 @@ void add_sim_command(CLI::App& root) {
       ->check(Positive);
   cmd->add_option("--steps", o->steps, "Simulate only the first N steps (0 = all)")
       ->check(NonNegative);
-  cmd->add_option("--link-GBps", o->link_gbps, "Override the profile's link bandwidth (GB/s)")
+  cmd->add_option("--link-GBps", o->link_gbps,
+                  "Override the profile's link bandwidth (GB/s; 0 = keep)")
       ->check(NonNegative);
   cmd->add_option("--latency-us", o->latency_us,
                   "Override the profile's per-copy latency (us; negative = keep)");
