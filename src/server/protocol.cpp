@@ -338,6 +338,21 @@ void check_stream_options(const RequestExtras& extras) {
   }
 }
 
+// max_tokens (or max_completion_tokens) as asked: a non-negative integer; more than the whole
+// context is the same error as a prompt that leaves too little room (context_length_exceeded,
+// which clients key on), naming the field.
+int max_tokens_of(const json& v, const std::string& key, const ProtocolLimits& limits) {
+  const int64_t n = get_int(v, key, 0, std::numeric_limits<int32_t>::max());
+  if (n > limits.context) {
+    throw ApiError(400,
+                   fmt::format("this model's maximum context length is {} tokens; '{}' asks for "
+                               "{} new tokens: reduce it",
+                               limits.context, key, n),
+                   key, "invalid_request_error", "context_length_exceeded");
+  }
+  return static_cast<int>(n);
+}
+
 void check_room(size_t prompt_tokens, int max_tokens, const ProtocolLimits& limits,
                 const std::string& param) {
   const uint64_t asked = prompt_tokens + static_cast<uint64_t>(std::max(max_tokens, 0));
@@ -401,7 +416,7 @@ CompletionRequest parse_completion(const json& body, const tokenizer::Tokenizer&
                 type_name(v));
       }
     } else if (key == "max_tokens") {
-      if (!v.is_null()) o.max_tokens = static_cast<int>(get_int(v, key, 0, limits.context));
+      if (!v.is_null()) o.max_tokens = max_tokens_of(v, key, limits);
     } else if (key == "echo") {
       if (!v.is_null()) o.echo = get_bool(v, key);
     } else if (key == "logprobs") {
@@ -436,7 +451,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
       // Both given: max_completion_tokens (OpenAI's current name; max_tokens is deprecated in
       // chat) wins, as in vLLM, whatever the order of the keys.
       if (!v.is_null()) {
-        const int n = static_cast<int>(get_int(v, key, 0, limits.context));
+        const int n = max_tokens_of(v, key, limits);
         if (key == "max_completion_tokens" || !completion_tokens_given) o.max_tokens = n;
         if (key == "max_completion_tokens") completion_tokens_given = true;
         r.max_tokens_given = true;

@@ -105,6 +105,43 @@ TEST(ServerProtocol, RejectsBadFieldsWithTheParam) {
   EXPECT_EQ(param_of({{"prompt", "x"}, {"stream_options", nullptr}}), "<accepted>");
 }
 
+// More new tokens than the whole context: the same code as a prompt that leaves too little room
+// (context_length_exceeded), naming the field; a negative or non-integer count stays a range error.
+TEST(ServerProtocol, TooManyNewTokensIsContextLengthExceeded) {
+  ProtocolLimits lim{.context = 256, .vocab = 4096};
+  const auto& tok = *shared().tok;
+  auto error_of = [](auto&& parse) {
+    try {
+      parse();
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.status, 400);
+      return e.param + " " + e.code;
+    }
+    return std::string("<accepted>");
+  };
+  const json messages = {{{"role", "user"}, {"content", "hi"}}};
+  EXPECT_EQ(error_of([&] {
+              parse_completion({{"prompt", "x"}, {"max_tokens", 1000}}, tok, lim);
+            }),
+            "max_tokens context_length_exceeded");
+  EXPECT_EQ(error_of([&] {
+              parse_completion({{"prompt", "x"}, {"max_tokens", 256}}, tok, lim);
+            }),
+            "prompt context_length_exceeded");
+  EXPECT_EQ(error_of([&] {
+              parse_chat({{"messages", messages}, {"max_completion_tokens", 1000000000}}, lim);
+            }),
+            "max_completion_tokens context_length_exceeded");
+  EXPECT_EQ(error_of([&] {
+              parse_completion({{"prompt", "x"}, {"max_tokens", -1}}, tok, lim);
+            }),
+            "max_tokens ");
+  EXPECT_EQ(error_of([&] {
+              parse_completion({{"prompt", "x"}, {"max_tokens", 1e30}}, tok, lim);
+            }),
+            "max_tokens ");
+}
+
 // Chat: max_completion_tokens (OpenAI's current name) wins over the deprecated max_tokens when
 // both are given, as in vLLM.
 TEST(ServerProtocol, MaxCompletionTokensWinsOverMaxTokens) {
