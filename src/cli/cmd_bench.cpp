@@ -316,6 +316,13 @@ void run_bench_cli(const BenchCli& o) {
     const std::vector<int32_t> ids = tok.encode(read_text_file(o.file), {.parse_special = false});
     sequences = text_windows(ids, o.windows, o.window_len, o.file);
   }
+  if (static_cast<int>(sequences.size()) < o.windows) {
+    std::fprintf(stderr,
+                 "bench: note: %zu windows of the %d asked (--windows): the %s holds no more%s\n",
+                 sequences.size(), o.windows,
+                 !o.scores_from.empty() ? "trace" : (o.generate > 0 ? "prompts file" : "text"),
+                 o.generate > 0 ? "" : " at this --window-len");
+  }
   schedule::OffloadRequest request = offload_request(o.engine, *model, o.model);
   apply_speculative(o.spec, request);
   Drafter drafter;

@@ -20,6 +20,7 @@
 #include "common/output_file.hpp"
 #include "common/progress.hpp"
 #include "eval/kl.hpp"
+#include "link/link_spec.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
@@ -70,6 +71,7 @@ void add_kl_command(CLI::App& root) {
     const std::vector<int32_t> ids = tok.encode(read_text_file(o->file), {.parse_special = false});
     // Output never depends on the link, so every configuration runs with experts resident.
     schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
+    link::parse_link_spec(request.link);  // unused, but a value no command takes is still an error
     if (request.link != "resident")
       std::fprintf(stderr,
                    "kl: note: --link %s is not used: routing and logits are the same on every "

@@ -349,6 +349,13 @@ json tasks_json(const std::vector<TaskRow>& rows, const TaskSummary& summary,
 
 std::vector<RatioRow> compare_latency(const json& bench, const std::string& path,
                                       const std::string& baseline, double level) {
+  // Another steermoe report (kl --json, sim --json, ...) is named as such, not by its first
+  // field that bench's schema lacks.
+  if (bench.is_object() && bench.contains("schema") && bench["schema"].is_string() &&
+      bench["schema"] != "steermoe.bench/1") {
+    fail(path, "schema", "expected \"steermoe.bench/1\" (bench --json), found \"{}\"",
+         bench["schema"].get<std::string>());
+  }
   if (!bench.is_object() || !bench.contains("configurations") ||
       !bench["configurations"].is_array() || bench["configurations"].empty())
     fail(path, "configurations", "expected a non-empty list (bench --json, steermoe.bench/1)");

@@ -167,6 +167,22 @@ TEST(BenchCli, SpeculativeRowsReportCopiesPerCommittedTokenByKind) {
   EXPECT_THAT(refused.output, HasSubstr("synthetic drafts follow a text"));
 }
 
+// Fewer windows than --windows asks (a short text): said, not only in the JSON.
+TEST(BenchCli, FewerWindowsThanAskedIsSaid) {
+  const fs::path text = temp("short.txt");
+  {
+    std::ifstream in(kText);
+    std::string head(3000, '\0');
+    in.read(head.data(), static_cast<std::streamsize>(head.size()));
+    std::ofstream(text) << head.substr(0, static_cast<size_t>(in.gcount()));
+  }
+  const auto r = test_support::run_cli("bench -m " + kModel.string() + " -f " + text.string() +
+                                       " --windows 100 --window-len 64 --rounds 1 --policy exact"
+                                       " --cache 32 --no-floor -q");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::HasSubstr("windows of the 100 asked (--windows)"));
+}
+
 TEST(BenchCli, ProfileWritesAProfileThatSimReads) {
   const fs::path out = temp("measured.json");
   const auto r = test_support::run_cli("profile -m " + kModel.string() + " -f " + kText.string() +

@@ -200,6 +200,20 @@ TEST(Compare, LatencyRoundsMustPair) {
   EXPECT_THROW(compare_latency(bench, "x.json", ""), Error);
 }
 
+// Another report (kl --json) is named by its schema, not by a field bench's schema has.
+TEST(Compare, LatencyNamesAWrongSchema) {
+  const json kl = {{"schema", "steermoe.kl/1"}, {"configurations", {{{"policy", "exact"}}}}};
+  try {
+    compare_latency(kl, "kl.json", "");
+    ADD_FAILURE() << "accepted a kl report";
+  } catch (const Error& e) {
+    EXPECT_THAT(
+        std::string(e.what()),
+        ::testing::HasSubstr("kl.json: schema: expected \"steermoe.bench/1\" (bench --json), "
+                             "found \"steermoe.kl/1\""));
+  }
+}
+
 TEST(Compare, CliWritesMarkdownAndJson) {
   const fs::path out = temp("compare.json");
   const auto r = testing::run_cli("compare --scores " + (kData / "scores_a.jsonl").string() + " " +

@@ -74,6 +74,19 @@ def main():
         if r.returncode == 0 or "steermoe.bench/1" not in r.stderr:
             print(f"FAIL schema check: exit {r.returncode}, {r.stderr!r}")
             failures += 1
+        # compare --latency rows are not a forest: a clear error, not a KeyError traceback.
+        lat = Path(tmp) / "latency.json"
+        lat.write_text('[{"configuration": "a", "baseline": "b", "ratio": 1.1}]')
+        r = subprocess.run([sys.executable, str(PLOT), "forest", "--compare", str(lat), "-o",
+                            str(Path(tmp) / "f.png")], capture_output=True, text=True)
+        if r.returncode == 0 or "compare --latency" not in r.stderr or "Traceback" in r.stderr:
+            print(f"FAIL forest on latency rows: exit {r.returncode}, {r.stderr!r}")
+            failures += 1
+    # A python without matplotlib (-S: no site packages) is told which one has it.
+    r = subprocess.run([sys.executable, "-S", str(PLOT), "--help"], capture_output=True, text=True)
+    if r.returncode == 0 or "python3-matplotlib" not in r.stderr or "Traceback" in r.stderr:
+        print(f"FAIL missing matplotlib: exit {r.returncode}, {r.stderr!r}")
+        failures += 1
     # Configurations are matched across files by a normalized policy: a key at its default
     # (gate=window, n=1 for PSR) names the same configuration, gate=bonus another one.
     sys.path.insert(0, str(PLOT.parent))
@@ -90,6 +103,11 @@ def main():
         if plot.policy_key(a) == plot.policy_key(b):
             print(f"FAIL policy_key: {a} and {b} should differ")
             failures += 1
+    # Latency intervals stop at 0, as steermoe's tables do (a spread round would go below).
+    m, lo, hi = plot.mean_interval([1.0, 9.0, 0.5])
+    if not (lo == 0.0 and hi > m):
+        print(f"FAIL mean_interval: {m, lo, hi} (the low end should stop at 0)")
+        failures += 1
     if "bonus-gate" not in plot.label("psr:lambda=0.3,gate=bonus"):
         print("FAIL label: the bonus gate is not named")
         failures += 1

@@ -438,6 +438,10 @@ TEST(Reliability, ParseAndRangeErrorsExitWithStatusOne) {
        "expected a number >= 0, found -1"},
       {{"nonexistent-command"}, "unknown command 'nonexistent-command'"},
       {{"compare", "--latency", "x.json", "--scale", "-1"}, "--scale"},
+      // kl does not use --link, but a value no command takes is still an error.
+      {{"kl", "-m", model, "-f", (kSource / "data" / "text" / "eval.txt").string(), "--policy",
+        "exact", "--link", "floppy"},
+       "--link: value: expected resident"},
       {{"make-model", "--arch", "olmoe", "--shape", "olmoe-small", "--random", "--layers", "50",
         "-o", (s / "m.gguf").string()},
        "--layers: count: expected at most the shape's 3 layers, found 50"},

@@ -16,11 +16,15 @@ import json
 import math
 import sys
 
-import matplotlib
+try:
+    import matplotlib
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import scipy.stats  # noqa: E402
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: E402
+    import scipy.stats  # noqa: E402
+except ImportError as e:  # a python without them (a venv, pyenv): say which one has them
+    sys.exit(f"plot.py: {e.name} is missing from {sys.executable}: install Debian's "
+             "python3-matplotlib and python3-scipy and run /usr/bin/python3 tools/plot/plot.py")
 
 FIGSIZE = (7.0, 4.5)  # inches; PNG at DPI 150 is 1050 x 675 pixels, SVG 504 x 324 pt
 DPI = 150
@@ -98,14 +102,15 @@ def label(policy, cache=None):
 
 
 def mean_interval(values, level=0.95):
-    """Mean and t interval over rounds (the round is the unit)."""
+    """Mean and t interval over rounds (the round is the unit), its low end stopped at 0 as
+    steermoe's own tables stop latency and KL intervals (a negative latency is impossible)."""
     n = len(values)
     m = sum(values) / n
     if n < 2:
         return m, m, m
     sd = math.sqrt(sum((v - m) ** 2 for v in values) / (n - 1))
     half = scipy.stats.t.ppf(0.5 * (1 + level), n - 1) * sd / math.sqrt(n)
-    return m, m - half, m + half
+    return m, max(0.0, m - half), m + half
 
 
 def bench_configs(paths):
@@ -305,6 +310,9 @@ def cmd_scatter(args):
 
 def cmd_forest(args):
     rows = load(args.compare)
+    if not isinstance(rows, list) or any("mean_diff" not in r for r in rows):
+        sys.exit(f"{args.compare}: expected `steermoe compare` score rows (task, mean_diff, ...); "
+                 "latency ratios (compare --latency) are a table, not a forest plot")
     fig, ax = plt.subplots(figsize=FIGSIZE)
     for i, r in enumerate(rows):
         m, lo, hi = r["mean_diff"], r["ci_low"], r["ci_high"]
