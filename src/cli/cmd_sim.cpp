@@ -201,7 +201,8 @@ void run_sim(const SimOptionsCli& o) {
                    "depend on transfer timing. Never a default.\n",
                    text.c_str());
     }
-    const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache);
+    const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache,
+                                                       trace::calibration_fingerprint(calibration));
     for (const std::string& issue : o.issue) {
       for (const int inflight : o.max_inflight) {
         Row row;

@@ -91,6 +91,8 @@ void add_trace_command(CLI::App& root) {
     if (offload.policy.kind != policy::PolicyKind::kExact) {
       meta.policy = o->engine.policy;
       meta.cache_slots = cache;
+      if (!offload.calibration_source.empty())
+        meta.calibration = trace::calibration_fingerprint(*offload.calibration);
     }
     const model::LayerWeights& first_moe = model->layer(meta.moe_layer_ids.front());
     meta.expert_bytes = model::matrix_bytes(first_moe.experts[0].gate) +

@@ -1,5 +1,7 @@
 #include "trace/calibration_file.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -275,6 +277,15 @@ policy::Calibration read_calibration(const std::filesystem::path& path) {
   const std::span<const std::byte> bytes = file.bytes();
   return decode_calibration({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()},
                             path.string());
+}
+
+std::string calibration_fingerprint(const policy::Calibration& calibration) {
+  uint64_t h = 14695981039346656037ull;  // FNV-1a, 64 bits
+  for (const uint8_t b : encode_calibration(calibration)) {
+    h ^= b;
+    h *= 1099511628211ull;
+  }
+  return fmt::format("fnv1a64:{:016x}", h);
 }
 
 }  // namespace steermoe::trace

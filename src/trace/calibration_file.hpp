@@ -28,6 +28,10 @@ policy::Calibration decode_calibration(std::span<const uint8_t> bytes, const std
                                        const CalibrationLimits& limits = {});
 
 void write_calibration(const std::filesystem::path& path, const policy::Calibration& calibration);
+// "fnv1a64:<16 hex digits>" of the calibration's encoded bytes: the same for the same contents
+// whatever the file is called (a trace records it, so replay and sim can tell whether they run
+// the calibration it was recorded with).
+std::string calibration_fingerprint(const policy::Calibration& calibration);
 policy::Calibration read_calibration(const std::filesystem::path& path);
 
 }  // namespace steermoe::trace

@@ -5,6 +5,7 @@
 #include "common/error.hpp"
 #include "common/json_input.hpp"
 #include "schedule/offload_step.hpp"
+#include "trace/calibration_file.hpp"
 
 namespace steermoe::trace {
 namespace {
@@ -183,7 +184,8 @@ json ReplaySummary::to_json() const {
 }
 
 LoopClass classify_loop(const TraceMeta& meta, const policy::PolicyConfig& config,
-                        const policy::RouterSpec& spec, int cache_slots) {
+                        const policy::RouterSpec& spec, int cache_slots,
+                        const std::string& calibration) {
   // Compare with the model's window filled in, so "psr:lambda=0.3" equals "...,w=8" on OLMoE.
   auto resolved = [&](policy::PolicyConfig c) {
     c.window = c.effective_window(spec);
@@ -211,7 +213,18 @@ LoopClass classify_loop(const TraceMeta& meta, const policy::PolicyConfig& confi
   if (meta.cache_slots && *meta.cache_slots != cache_slots) {
     return {"open", fmt::format("trace recorded with cache {}", *meta.cache_slots)};
   }
-  return {"closed", "trace recorded under the replayed policy"};
+  // The policy reads the calibration (warm set, score ranges, prior): another one makes other
+  // decisions from the first token on.
+  if (meta.calibration && !calibration.empty() && *meta.calibration != calibration) {
+    return {"open", fmt::format("trace recorded with another calibration ({}; this one {})",
+                                *meta.calibration, calibration)};
+  }
+  if (!meta.calibration) {
+    return {"closed",
+            "trace recorded under the replayed policy (its meta.json does not name its "
+            "calibration: closed only if it was this one)"};
+  }
+  return {"closed", "trace recorded under the replayed policy and calibration"};
 }
 
 ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibration,
@@ -235,7 +248,8 @@ ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibr
   summary.layers = meta.layers;
   summary.top_k = meta.top_k;
   summary.per_layer.assign(static_cast<size_t>(meta.layers), LayerTotals{});
-  const LoopClass loop = classify_loop(meta, config, spec, options.cache_slots);
+  const LoopClass loop =
+      classify_loop(meta, config, spec, options.cache_slots, calibration_fingerprint(calibration));
   summary.loop = loop.loop;
   summary.loop_reason = loop.reason;
 

@@ -75,8 +75,10 @@ struct LoopClass {
   std::string loop;    // "closed" or "open"
   std::string reason;  // human-readable why
 };
+// `calibration`: calibration_fingerprint() of the replay's calibration ("" = not known).
 LoopClass classify_loop(const TraceMeta& meta, const policy::PolicyConfig& config,
-                        const policy::RouterSpec& spec, int cache_slots);
+                        const policy::RouterSpec& spec, int cache_slots,
+                        const std::string& calibration = "");
 
 struct ReplayOptions {
   std::string policy;                 // policy string

@@ -46,10 +46,23 @@ std::string get_string(const json& object, const char* key, const std::string& w
 }
 
 const std::set<std::string>& known_keys() {
-  static const std::set<std::string> keys = {
-      "layers",      "experts", "top_k",       "router",         "moe_layer_ids",         "model",
-      "tokens_file", "n_group", "topk_group",  "norm_topk_prob", "routed_scaling_factor", "window",
-      "vocab",       "policy",  "cache_slots", "expert_bytes"};
+  static const std::set<std::string> keys = {"layers",
+                                             "experts",
+                                             "top_k",
+                                             "router",
+                                             "moe_layer_ids",
+                                             "model",
+                                             "tokens_file",
+                                             "n_group",
+                                             "topk_group",
+                                             "norm_topk_prob",
+                                             "routed_scaling_factor",
+                                             "window",
+                                             "vocab",
+                                             "policy",
+                                             "cache_slots",
+                                             "expert_bytes",
+                                             "calibration"};
   return keys;
 }
 
@@ -92,6 +105,7 @@ json TraceMeta::to_json() const {
   if (vocab > 0) out["vocab"] = vocab;
   if (policy) out["policy"] = *policy;
   if (cache_slots) out["cache_slots"] = *cache_slots;
+  if (calibration) out["calibration"] = *calibration;
   if (expert_bytes) out["expert_bytes"] = *expert_bytes;
   return out;
 }
@@ -150,6 +164,12 @@ TraceMeta trace_meta_from_json(const json& object, const std::string& where) {
     if (!it->is_string())
       fail(where, "policy", "expected a policy string, found {}", json_excerpt(*it));
     meta.policy = it->get<std::string>();
+  }
+  if (const auto it = object.find("calibration"); it != object.end() && !it->is_null()) {
+    if (!it->is_string())
+      fail(where, "calibration", "expected a calibration fingerprint string, found {}",
+           json_excerpt(*it));
+    meta.calibration = it->get<std::string>();
   }
   if (object.contains("cache_slots"))
     meta.cache_slots =

@@ -36,6 +36,7 @@ struct TraceMeta {
   int vocab = 0;                      // tokenizer vocabulary size; 0 = unknown
   std::optional<std::string> policy;  // policy the trace was recorded under; absent = exact
   std::optional<int> cache_slots;     // cache size it was recorded with (closed loop needs it)
+  std::optional<std::string> calibration;  // calibration_fingerprint() it was recorded with
   std::optional<uint64_t> expert_bytes;
   nlohmann::json extra = nlohmann::json::object();  // every other field, kept as is
 

@@ -194,6 +194,24 @@ TEST(Replay, LoopIsClosedOnlyForTheRecordedPolicyAndCache) {
   EXPECT_EQ(loop("psr:lambda=0.3,n=1", 24), "open");
   EXPECT_EQ(loop("psr:lambda=0.5,n=1", 32), "open");
   EXPECT_EQ(loop("exact:evict=lru", 32), "open");
+  // The policy reads the calibration: a trace that names the one it was recorded with is closed
+  // only under that one (by contents, whatever the file is called); one that names none stays
+  // closed, and says so.
+  EXPECT_THAT(
+      replay_trace(trace, calib, {.policy = "psr:lambda=0.3,n=1", .cache_slots = 32}).loop_reason,
+      ::testing::HasSubstr("does not name its calibration"));
+  policy::Calibration other = calib;
+  std::swap(other.expert_order[0][0], other.expert_order[0][1]);
+  meta["calibration"] = calibration_fingerprint(calib);
+  testing::write_text(dir / "t" / "meta.json", steermoe::dump_json(meta));
+  const Trace named = Trace::open(dir / "t");
+  auto loop_with = [&](const policy::Calibration& c) {
+    return replay_trace(named, c, {.policy = "psr:lambda=0.3,n=1", .cache_slots = 32}).loop;
+  };
+  EXPECT_EQ(loop_with(calib), "closed");
+  EXPECT_EQ(loop_with(read_calibration(kShippedCalib)), "closed");
+  EXPECT_EQ(loop_with(other), "open");
+  EXPECT_NE(calibration_fingerprint(other), calibration_fingerprint(calib));
 }
 
 TEST(Replay, ExactRoutingOnAnExactTraceIsClosedLoop) {
