@@ -536,6 +536,15 @@ void run_bench_cli(const BenchCli& o) {
   double compute_scale = 0;
   if (!o.predict.empty()) {
     const schedule::HardwareProfile profile = schedule::load_profile(o.predict, {}, "--predict");
+    // The prediction runs the profile's link, not --link's: say so (a disk profile beside an
+    // emulated link is a different machine, and the error column would read as the simulator's).
+    std::fprintf(stderr,
+                 "bench: --predict simulates the profile's link (%.3f GB/s, %.1f us a copy, %d "
+                 "channel%s), not --link %s's; each row is also predicted at the rate its own "
+                 "copies reached\n",
+                 profile.link_bandwidth_bytes_per_s / 1e9, profile.link_latency_s * 1e6,
+                 profile.link_channels, profile.link_channels == 1 ? "" : "s",
+                 o.engine.link.c_str());
     const policy::RouterSpec spec = engine::router_spec(cfg);
     const eval::BenchResult* floor_row = nullptr;
     for (const eval::BenchResult& b : results)

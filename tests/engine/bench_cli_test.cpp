@@ -56,6 +56,9 @@ TEST(BenchCli, PredictionOnTheSimLinkIsTheEnginesSimulatedClock) {
       "sim:rtx4090-olmoe --windows 2 --window-len 24 --rounds 1 --predict rtx4090-olmoe --json " +
       out.string());
   ASSERT_EQ(r.status, 0) << r.output;
+  // Which link the prediction runs is said (here the same one; on a disk or emulated link not).
+  EXPECT_THAT(r.output, HasSubstr("--predict simulates the profile's link (22.900 GB/s"));
+  EXPECT_THAT(r.output, HasSubstr("not --link sim:rtx4090-olmoe's"));
   const json doc = read_json(out);
   EXPECT_EQ(doc.at("predicted_by"), "rtx4090-olmoe");
   int compared = 0;
