@@ -193,6 +193,7 @@ void GgufWriter::finish() {
   for (const auto& t : tensors_) data_bytes += t.nbytes;
   Progress progress("write " + path_.filename().string(), static_cast<int64_t>(data_bytes >> 20),
                     "MiB");
+  uint64_t data_done = 0;  // tensor bytes written (the header is not in the total)
   for (const auto& t : tensors_) {
     progress.advance(0);  // Ctrl-C: throws Interrupted, OutputFile removes the temporary
     const uint64_t start = out.position();
@@ -203,7 +204,8 @@ void GgufWriter::finish() {
            written, t.nbytes);
     }
     out.write_zeros(align_up(out.position(), alignment_) - out.position());
-    progress.advance(static_cast<int64_t>((start + t.nbytes) >> 20) - progress.done());
+    data_done += t.nbytes;
+    progress.advance(static_cast<int64_t>(data_done >> 20) - progress.done());
   }
   progress.finish();
   out.commit();
