@@ -20,7 +20,6 @@
 #include "common/output_file.hpp"
 #include "common/progress.hpp"
 #include "eval/kl.hpp"
-#include "link/link_spec.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
@@ -71,7 +70,12 @@ void add_kl_command(CLI::App& root) {
     const std::vector<int32_t> ids = tok.encode(read_text_file(o->file), {.parse_special = false});
     // Output never depends on the link, so every configuration runs with experts resident.
     schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
-    link::parse_link_spec(request.link);  // unused, but a value no command takes is still an error
+    {  // unused, but a value no command takes is still an error (resolved as every command does)
+      schedule::OffloadRequest probe = request;
+      probe.cache = cfg.experts;
+      probe.residency = 0;
+      resolve_policy(probe, "exact:evict=lru", *model);
+    }
     if (request.link != "resident")
       std::fprintf(stderr,
                    "kl: note: --link %s is not used: routing and logits are the same on every "
