@@ -190,10 +190,15 @@ std::string kl_table(std::span<const KlRow> rows) {
       "copies/token (demand + prefetch) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n";
   for (const KlRow& r : rows) {
     out += fmt::format(
-        "| {} | {} | {:.5f} [{:.5f}, {:.5f}] | {:.3f} | {:.3f} | {:.4f} | {:.2f}% | "
+        "| {} | {} | {:.5f} {} | {:.3f} | {:.3f} | {:.4f} | {:.2f}% | "
         "{:.2f} + {:.2f}{} |\n",
-        r.policy, r.cache, r.kl_mean, r.kl_ci_low, r.kl_ci_high, r.perplexity, r.exact_perplexity,
-        r.top1_agreement, 100.0 * r.replaced_fraction, r.demand_per_token, r.prefetch_per_token,
+        r.policy, r.cache, r.kl_mean,
+        // One window has no spread to make an interval from (the JSON holds null).
+        std::isfinite(r.kl_ci_low) && std::isfinite(r.kl_ci_high)
+            ? fmt::format("[{:.5f}, {:.5f}]", r.kl_ci_low, r.kl_ci_high)
+            : std::string("[no interval: one window]"),
+        r.perplexity, r.exact_perplexity, r.top1_agreement, 100.0 * r.replaced_fraction,
+        r.demand_per_token, r.prefetch_per_token,
         r.tau > 0 ? fmt::format(" + {:.2f} block + {:.2f} restore; tau {:.2f}{}", r.block_per_token,
                                 r.restore_per_token, r.tau,
                                 r.replay_layers > 0

@@ -9,6 +9,7 @@
 
 #include "../json_test_util.hpp"
 #include "eval/bench.hpp"
+#include "eval/kl.hpp"
 #include "test_util.hpp"
 
 namespace steermoe::eval {
@@ -27,6 +28,22 @@ std::vector<double> doubles(const nlohmann::json& j) {
 // 12.706204736174696). Quantiles and interval half-widths are therefore held to the mpmath
 // values at 1e-13 and to SciPy's at 1e-8; the closed forms at df = 1 and 2 and the round trip
 // through the CDF (which matches SciPy to 1e-12) check them too.
+// kl's table: one window has no interval (the JSON holds null): said in words, not "[nan, nan]".
+TEST(KlTable, OneWindowHasNoIntervalInWords) {
+  KlRow r;
+  r.policy = "psr:lambda=0.3,n=1,evict=a";
+  r.cache = 32;
+  r.windows = 1;
+  r.kl_mean = 0.0141;
+  r.kl_ci_low = r.kl_ci_high = std::nan("");
+  const std::string one = kl_table(std::vector<KlRow>{r});
+  EXPECT_NE(one.find("0.01410 [no interval: one window]"), std::string::npos) << one;
+  EXPECT_EQ(one.find("nan"), std::string::npos) << one;
+  r.kl_ci_low = 0.01;
+  r.kl_ci_high = 0.02;
+  EXPECT_NE(kl_table(std::vector<KlRow>{r}).find("0.01410 [0.01000, 0.02000]"), std::string::npos);
+}
+
 TEST(Stats, StudentTQuantileMatchesScipy) {
   for (const auto& c : expected().at("t_quantile")) {
     const double p = c["p"], df = c["df"];
