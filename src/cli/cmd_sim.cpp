@@ -192,6 +192,7 @@ void run_sim(const SimOptionsCli& o) {
       "sim",
       static_cast<int64_t>(o.policies.size() * o.max_inflight.size() * o.issue.size()) * steps,
       "steps");
+  const std::string calibration_id = trace::calibration_fingerprint(calibration);  // once
   for (const std::string& text : o.policies) {
     const policy::PolicyConfig config = policy::parse_policy(text);
     if (config.physical) {
@@ -201,8 +202,7 @@ void run_sim(const SimOptionsCli& o) {
                    "depend on transfer timing. Never a default.\n",
                    text.c_str());
     }
-    const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache,
-                                                       trace::calibration_fingerprint(calibration));
+    const trace::LoopClass loop = trace::classify_loop(meta, config, spec, o.cache, calibration_id);
     for (const std::string& issue : o.issue) {
       for (const int inflight : o.max_inflight) {
         Row row;

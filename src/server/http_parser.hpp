@@ -81,4 +81,10 @@ std::string http_date();
 // "OK", "Bad Request", ... ("Unknown" for codes the server does not use).
 const char* reason_phrase(int status);
 
+// Header text rules, shared by the parser and the server: `a` equals `lower_case` ignoring the
+// case of `a`'s ASCII letters (field names, auth schemes, codings are case-insensitive); `s`
+// without leading and trailing spaces and tabs (optional whitespace around field values).
+bool iequals(std::string_view a, std::string_view lower_case);
+std::string_view trim(std::string_view s);
+
 }  // namespace steermoe::server::http

@@ -1,7 +1,6 @@
 #include "server/http_server.hpp"
 
 #include <atomic>
-#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <functional>
@@ -12,6 +11,7 @@
 
 #include "common/error.hpp"
 #include "server/http_front.hpp"
+#include "server/http_parser.hpp"
 #include "server/job_response.hpp"
 #include "server/metrics.hpp"
 #include "server/protocol.hpp"
@@ -43,16 +43,15 @@ bool same_secret(const std::string& given, const std::string& expected) {
 // The credentials of an Authorization value with the Bearer scheme, "" for any other. Schemes
 // are case-insensitive (RFC 7235: some proxies and clients send "bearer"), and one or more
 // spaces separate the scheme from the token.
-std::string bearer_token(const std::string& authorization) {
+std::string bearer_token(std::string_view authorization) {
   constexpr std::string_view kScheme = "bearer";
-  if (authorization.size() <= kScheme.size()) return {};
-  for (size_t i = 0; i < kScheme.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(authorization[i])) != kScheme[i]) return {};
-  }
-  size_t at = kScheme.size();
-  if (authorization[at] != ' ') return {};
-  while (at < authorization.size() && authorization[at] == ' ') ++at;
-  return authorization.substr(at);
+  if (authorization.size() <= kScheme.size() ||
+      !http::iequals(authorization.substr(0, kScheme.size()), kScheme) ||
+      authorization[kScheme.size()] != ' ')
+    return {};
+  authorization.remove_prefix(kScheme.size());
+  while (!authorization.empty() && authorization.front() == ' ') authorization.remove_prefix(1);
+  return std::string(authorization);
 }
 
 std::string random_id(const char* prefix) {
@@ -206,12 +205,8 @@ struct HttpServer::Impl {
     }
     // A compressed body would only fail later as "not valid JSON": say what is wrong instead.
     if (const std::string* enc = req.field("content-encoding")) {
-      std::string e;
-      for (const char ch : *enc) {
-        if (ch != ' ' && ch != '\t')
-          e += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-      }
-      if (!e.empty() && e != "identity") {
+      const std::string_view e = http::trim(*enc);
+      if (!e.empty() && !http::iequals(e, "identity")) {
         http::Response r = error_response(
             ApiError(415,
                      fmt::format("Content-Encoding '{}' is not supported: send the body "

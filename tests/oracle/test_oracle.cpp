@@ -72,6 +72,19 @@ EngineRun run_model(const model::Model& m, const std::vector<int32_t>& tokens, b
   return r;
 }
 
+// Largest |logit difference| over n positions of `vocab` logits; every position's argmax must
+// agree (an EXPECT per position).
+float max_logit_diff_same_argmax(const std::vector<float>& got_all,
+                                 const std::vector<float>& want_all, size_t n, size_t vocab) {
+  float max_diff = 0.0f;
+  for (size_t p = 0; p < n; ++p) {
+    std::span<const float> got(&got_all[p * vocab], vocab), want(&want_all[p * vocab], vocab);
+    for (size_t i = 0; i < vocab; ++i) max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
+    EXPECT_EQ(argmax(got), argmax(want)) << "position " << p;
+  }
+  return max_diff;
+}
+
 class OracleTest : public testing::TestWithParam<OracleCase> {};
 
 TEST_P(OracleTest, MatchesLlamaCpp) {
@@ -87,12 +100,7 @@ TEST_P(OracleTest, MatchesLlamaCpp) {
   ASSERT_EQ(expected.size(), tokens.size() * V);
 
   const EngineRun run = run_model(*model, tokens, c.batched, 1);
-  float max_diff = 0.0f;
-  for (size_t p = 0; p < tokens.size(); ++p) {
-    std::span<const float> got(&run.logits[p * V], V), want(&expected[p * V], V);
-    for (size_t i = 0; i < V; ++i) max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
-    EXPECT_EQ(argmax(got), argmax(want)) << "position " << p;
-  }
+  const float max_diff = max_logit_diff_same_argmax(run.logits, expected, tokens.size(), V);
   EXPECT_LE(max_diff, kLogitTolerance);
   RecordProperty("max_abs_logit_diff", std::to_string(max_diff));
   std::printf("[ oracle   ] %s max |logit diff| = %.6g\n", case_name({c, 0}).c_str(), max_diff);
@@ -182,12 +190,7 @@ TEST_P(LlamaHybridTest, MatchesLlamaCpp) {
   const auto V = static_cast<size_t>(model->config().vocab);
   ASSERT_EQ(expected.size(), tokens.size() * V);
   const EngineRun run = run_model(*model, tokens, c.batched, 1);
-  float max_diff = 0.0f;
-  for (size_t p = 0; p < tokens.size(); ++p) {
-    std::span<const float> got(&run.logits[p * V], V), want(&expected[p * V], V);
-    for (size_t i = 0; i < V; ++i) max_diff = std::max(max_diff, std::fabs(got[i] - want[i]));
-    EXPECT_EQ(argmax(got), argmax(want)) << "position " << p;
-  }
+  const float max_diff = max_logit_diff_same_argmax(run.logits, expected, tokens.size(), V);
   EXPECT_LE(max_diff, kLogitTolerance);
   std::printf("[ oracle   ] %s%s max |logit diff| = %.6g\n", c.model.c_str(),
               c.batched ? "_batched" : "_incremental", max_diff);
