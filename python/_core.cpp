@@ -2,6 +2,7 @@
 // (pybind11), with numpy arrays. The same C++ code the engine, replay and the simulator run
 // (schedule::OffloadStep over steermoe_policy, and steermoe_trace), not a port. The Python-side API
 // is documented in python/README.md.
+#include <fmt/format.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -370,12 +371,16 @@ PYBIND11_MODULE(_core, m) {
         py::dict d;
         const char* kinds[] = {"exact", "cacheprior", "psr", "spec"};
         d["kind"] = kinds[static_cast<int>(c.kind)];
-        d["lambda"] = c.lambda;
+        // lambda is a float32 (the policy's numerics); Python's float of it would print
+        // 0.30000001192092896. The shortest decimal that reads back as the same float32 (the one
+        // the canonical string shows) is what the user wrote.
+        d["lambda"] = std::stod(fmt::format("{}", c.lambda));
         d["n"] = c.prefetch_budget;
         d["w"] = c.window;
         d["evict"] = c.evict == policy::Evict::kA ? "a" : "lru";
         d["j"] = c.protect_top_j;
         d["range"] = c.range == policy::RangeMode::kRunning ? "running" : "fixed";
+        d["gate"] = c.gate == policy::PrefetchGate::kBonus ? "bonus" : "window";
         d["physical"] = c.physical;
         d["canonical"] = c.to_string();
         return d;

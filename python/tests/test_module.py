@@ -143,6 +143,12 @@ def main():
             check(False, f"{bad_policy} accepted")
         except steermoe.Error as e:
             check(needle in str(e), f"{bad_policy}: message {e}")
+    # parse_policy: lambda as written (the shortest decimal of its float32, not
+    # 0.30000001192092896), every key of the canonical form, the bonus gate among them.
+    d = steermoe.parse_policy("psr:lambda=0.3,n=2,gate=bonus")
+    check(d["lambda"] == 0.3 and np.float32(d["lambda"]) == np.float32(0.3), f"lambda {d}")
+    check(d["gate"] == "bonus" and d["n"] == 2, f"gate / n {d}")
+    check(steermoe.parse_policy("cacheprior:lambda=0.2")["gate"] == "window", "default gate")
     router = steermoe.Step(trace.router_spec(), "psr:lambda=0.3", calib, 32)
     one = np.array([1])
     for call, needle in [(lambda: router.route_layer(0, one, np.zeros((1, 10), np.float32)), "64"),

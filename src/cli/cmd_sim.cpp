@@ -90,6 +90,8 @@ nlohmann::json row_json(const Row& row, int layers) {
         {"late", t.prefetch_late / n},
         {"unused", t.prefetch_unused / n},
         {"dropped_stale", t.prefetch_dropped / n},
+        {"dropped_at_request_start", t.prefetch_dropped_reset / n},
+        {"pending_at_end", r.pending_at_end / n},
         {"deferred", t.prefetch_deferred / n}}},
       {"stall_ms_per_token",
        {{"total", t.stall / n * 1e3},
@@ -110,23 +112,28 @@ nlohmann::json row_json(const Row& row, int layers) {
 std::string markdown(const std::vector<Row>& rows, int layers) {
   std::string out =
       "| policy | inflight | loop | ms/token | p50 | p99 | copies/tok | demand | prefetch | "
-      "in time | late | unused | dropped | stall ms | host ms | decisions |\n"
+      "emitted | in time | late | unused | dropped | stall ms | host ms | decisions |\n"
       "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-      "| --- |\n";
+      "| --- | --- |\n";
   for (const Row& row : rows) {
     const auto& r = row.result;
     const auto& t = r.totals;
     const double n = std::max<double>(1.0, static_cast<double>(t.tokens));
     out += fmt::format(
         "| {}{} | {} | {} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.2f} "
-        "| {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:08x} |\n",
+        "| {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} | {:08x} |\n",
         r.policy, row.physical ? " (timing-dependent)" : "",
         fmt::format("{}{}", row.max_inflight, row.issue == "early" ? ", early" : ""), row.loop,
         r.mean_s * 1e3, r.p50_s * 1e3, r.p99_s * 1e3, (t.demand + t.prefetch_enqueued) / n,
-        t.demand / n, t.prefetch_enqueued / n, t.prefetch_in_time / n, t.prefetch_late / n,
-        t.prefetch_unused / n, t.prefetch_dropped / n, t.stall / n * 1e3, t.host / n * 1e3,
-        r.decision_hash >> 32);
+        t.demand / n, t.prefetch_enqueued / n, t.prefetch_emitted / n, t.prefetch_in_time / n,
+        t.prefetch_late / n, t.prefetch_unused / n, t.prefetch_dropped / n, t.stall / n * 1e3,
+        t.host / n * 1e3, r.decision_hash >> 32);
   }
+  out +=
+      "\nPrefetches: emitted = in time + late + unused (part 1's insertions, copied or not); "
+      "dropped: of the emitted, never copied (their slot was reassigned first); prefetch copies "
+      "= emitted - dropped - those dropped at a request's start or left pending at the end "
+      "(--json).\n";
   out += "\nStall per layer (ms/token):\n\n| layer |";
   for (size_t i = 0; i < rows.size(); ++i) out += fmt::format(" {} |", i + 1);
   out += "\n| --- |";

@@ -35,6 +35,7 @@ void copy_figures(BenchRound& r, const engine::CacheStats& sum, double per_token
     r.physical = true;
     r.demand = static_cast<double>(sum.demand) / st;
     r.prefetch = static_cast<double>(sum.prefetch) / st;
+    r.emitted = static_cast<double>(sum.prefetch_emitted) / st;
     r.in_time = static_cast<double>(sum.prefetch_in_time) / st;
     r.late = static_cast<double>(sum.prefetch_late) / st;
     r.unused = static_cast<double>(sum.prefetch_unused) / st;
@@ -228,6 +229,10 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
   for (const BenchResult& b : results) {
     nlohmann::json rounds = nlohmann::json::array();
     for (const BenchRound& r : b.rounds) {
+      // Stalls, policy time, compute and the link's rates are measured only where a link moves
+      // experts (a scheduler times the layers); elsewhere they are null, not 0. The prefetch
+      // split: in_time + late + unused = emitted; dropped: of the emitted, never copied.
+      const auto timed = [&](nlohmann::json v) { return r.physical ? v : nlohmann::json(nullptr); };
       nlohmann::json j{
           {"round", r.round},
           {"tokens", r.tokens},
@@ -235,20 +240,19 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
           {"copies_per_token",
            {{"demand", r.demand}, {"prefetch", r.prefetch}, {"total", r.demand + r.prefetch}}},
           {"copies_source", r.physical ? "scheduler" : "logical"},
-          {"prefetch_per_token",
-           {{"in_time", r.in_time},
-            {"late", r.late},
-            {"unused", r.unused},
-            {"dropped", r.dropped}}},
-          {"stall_ms_per_token",
-           {{"total", r.stall_ms},
-            {"demand", r.stall_demand_ms},
-            {"prefetch", r.stall_prefetch_ms},
-            {"other", r.stall_other_ms}}},
-          {"host_ms_per_token", r.host_ms},
-          {"compute_ms_per_token", {{"attention", r.attention_ms}, {"moe", r.moe_ms}}},
-          {"link_gb_per_s", r.link_gb_per_s},
-          {"link_busy_gb_per_s", r.link_busy_gb_per_s}};
+          {"prefetch_per_token", timed({{"emitted", r.emitted},
+                                        {"in_time", r.in_time},
+                                        {"late", r.late},
+                                        {"unused", r.unused},
+                                        {"dropped", r.dropped}})},
+          {"stall_ms_per_token", timed({{"total", r.stall_ms},
+                                        {"demand", r.stall_demand_ms},
+                                        {"prefetch", r.stall_prefetch_ms},
+                                        {"other", r.stall_other_ms}})},
+          {"host_ms_per_token", timed(r.host_ms)},
+          {"compute_ms_per_token", timed({{"attention", r.attention_ms}, {"moe", r.moe_ms}})},
+          {"link_gb_per_s", timed(r.link_gb_per_s)},
+          {"link_busy_gb_per_s", timed(r.link_busy_gb_per_s)}};
       if (r.sim_mean_ms > 0) j["sim_ms_per_token"] = r.sim_mean_ms;
       if (r.tau > 0) {
         // Every copy figure of the round is per committed token; a verification block's copies
@@ -332,15 +336,22 @@ std::string bench_table(std::span<const BenchResult> results) {
     const std::string interval =
         m.size() >= 2 ? fmt::format("[{:.3f}, {:.3f}]", std::max(mi.ci_low, 0.0), mi.ci_high)
                       : std::string("[n/a: 1 round]");
-    out += fmt::format(
-        "| {} | {:.3f} {} | {:.3f} | {:.3f} | {} | {:.2f} + {:.2f} ({:.2f}, "
-        "{:.2f}){} "
-        "| "
-        "{:.3f} | {:.4f} ({:.2f}%) |\n",
-        b.config.name, mean, interval, avg(b, &BenchRound::p50_ms), avg(b, &BenchRound::p99_ms),
-        speedup, avg(b, &BenchRound::demand), avg(b, &BenchRound::prefetch),
-        avg(b, &BenchRound::late), avg(b, &BenchRound::unused), extra,
-        avg(b, &BenchRound::stall_ms), host, mean > 0 ? 100.0 * host / mean : 0.0);
+    // Without a link that moves experts nothing is timed but the token: the copies are the
+    // logical insertions, and stall and policy time are not measured ("-", not 0).
+    const bool timed = !b.rounds.empty() && b.rounds.front().physical;
+    const std::string copies =
+        timed ? fmt::format("{:.2f} + {:.2f} ({:.2f}, {:.2f}){}", avg(b, &BenchRound::demand),
+                            avg(b, &BenchRound::prefetch), avg(b, &BenchRound::late),
+                            avg(b, &BenchRound::unused), extra)
+              : fmt::format("{:.2f} + {:.2f} (logical: no link){}", avg(b, &BenchRound::demand),
+                            avg(b, &BenchRound::prefetch), extra);
+    const std::string stall_host =
+        timed ? fmt::format("{:.3f} | {:.4f} ({:.2f}%)", avg(b, &BenchRound::stall_ms), host,
+                            mean > 0 ? 100.0 * host / mean : 0.0)
+              : std::string("- | -");
+    out += fmt::format("| {} | {:.3f} {} | {:.3f} | {:.3f} | {} | {} | {} |\n", b.config.name, mean,
+                       interval, avg(b, &BenchRound::p50_ms), avg(b, &BenchRound::p99_ms), speedup,
+                       copies, stall_host);
   }
   return out;
 }

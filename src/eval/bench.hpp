@@ -70,7 +70,7 @@ struct BenchRound {
   std::vector<double> token_ms;
   // Per token.
   double demand = 0, prefetch = 0;  // copies enqueued (logical insertions without a link)
-  double in_time = 0, late = 0, unused = 0, dropped = 0;
+  double emitted = 0, in_time = 0, late = 0, unused = 0, dropped = 0;  // prefetches (links)
   double stall_ms = 0, stall_demand_ms = 0, stall_prefetch_ms = 0, stall_other_ms = 0;
   double host_ms = 0;
   double attention_ms = 0, moe_ms = 0;  // A(l) and M(l) summed over MoE layers (link clock)

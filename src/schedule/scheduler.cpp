@@ -393,11 +393,15 @@ double TransferScheduler::wait_for_layer(int layer, std::span<const int32_t> sel
   small_sort(std::span<link::Ticket>(wait_tickets_.data(), waits),
              [](link::Ticket a, link::Ticket b) { return a < b; });
   const double start = link_->now();
-  // Wait in ticket order and charge each increment to the kind of copy that caused it.
+  // Wait in ticket order and charge each increment to the kind of copy that caused it. Each
+  // increment runs from the previous clock reading, so the parts add up to the whole stall (on
+  // a wall clock the loop's own time between readings would otherwise fall between them).
+  double before = start;
   for (int i = 0; i < waits; ++i) {
-    const double before = link_->now();
     link_->wait(wait_tickets_[i]);
-    const double waited = link_->now() - before;
+    const double after = link_->now();
+    const double waited = after - before;
+    before = after;
     if (waited <= 0) continue;
     CopyKind kind = CopyKind::kNone;
     for (const int slot : selected_slot) {
@@ -416,7 +420,7 @@ double TransferScheduler::wait_for_layer(int layer, std::span<const int32_t> sel
         break;
     }
   }
-  const double stall = link_->now() - start;
+  const double stall = before - start;
   if (config_.issue == PrefetchIssue::kEarly) pump_pending();
   token_.stall += stall;
   totals_.layer_stall[layer] += stall;

@@ -104,6 +104,41 @@ TEST(BenchCli, JsonNamesTheMachineAndTheWarmUp) {
   EXPECT_NE(r.output.find("[n/a: 1 round]"), std::string::npos) << r.output;
 }
 
+// What a round did not measure is null, never 0: without a link that moves experts (the
+// resident link, the floor row) no stall, policy time, compute or link rate is timed. With one,
+// the prefetch split adds up to the emitted prefetches.
+TEST(BenchCli, UnmeasuredFiguresAreNullAndThePrefetchSplitAddsUp) {
+  const fs::path out = temp("bench_null.json");
+  const auto r = test_support::run_cli(
+      "bench -m " + kModel.string() + " -f " + kText.string() +
+      " --policy psr:lambda=0.3,n=2 --cache 16 --link emulated:20 --windows 1 --window-len 12 "
+      "--rounds 1 --warmup 0 --json " +
+      out.string());
+  ASSERT_EQ(r.status, 0) << r.output;
+  const json configs = read_json(out).at("configurations");
+  ASSERT_EQ(configs.size(), 2u);  // the policy and the floor row
+  for (const json& c : configs) {
+    SCOPED_TRACE(c.at("name").get<std::string>());
+    const json& round = c.at("rounds").at(0);
+    if (c.at("resident").get<bool>()) {
+      EXPECT_EQ(round.at("copies_source"), "logical");
+      for (const char* key : {"prefetch_per_token", "stall_ms_per_token", "host_ms_per_token",
+                              "compute_ms_per_token", "link_gb_per_s", "link_busy_gb_per_s"})
+        EXPECT_TRUE(round.at(key).is_null()) << key;
+    } else {
+      EXPECT_EQ(round.at("copies_source"), "scheduler");
+      const json& p = round.at("prefetch_per_token");
+      EXPECT_GT(p.at("emitted").get<double>(), 0);
+      EXPECT_NEAR(
+          p.at("in_time").get<double>() + p.at("late").get<double>() + p.at("unused").get<double>(),
+          p.at("emitted").get<double>(), 1e-9);
+      EXPECT_GT(round.at("compute_ms_per_token").at("moe").get<double>(), 0);
+    }
+  }
+  // The table says what it did not time: "-", not 0.
+  EXPECT_THAT(r.output, HasSubstr("(logical: no link) | - | - |"));
+}
+
 // `bench --generate --draft`: every figure per committed token, by kind. Rollback on a link that
 // moves experts reports the scheduler's copies and the restores it made; a block rule its block
 // copies; both tokens per verification and the acceptance at each depth.

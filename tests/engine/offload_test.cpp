@@ -191,6 +191,21 @@ TEST_F(OffloadTiny, PrefetchesAreCopiedAheadOfTheirLayer) {
   EXPECT_EQ(lru.totals.prefetch, 0);
 }
 
+TEST_F(OffloadTiny, StallPartsAddUpToTheStallOnAWallClockLink) {
+  // A slow link stalls on demand and late prefetch copies; the parts by kind are increments of
+  // one clock reading to the next, so they sum to the total stall to rounding, not to within
+  // the time the wait loop itself takes between readings.
+  for (const char* policy : {"psr:lambda=0.3,n=2", "exact:evict=lru"}) {
+    SCOPED_TRACE(policy);
+    const Outcome o = run(*model_, params(policy, 16, "emulated:0.2,50"));
+    const CacheStats& t = o.totals;
+    ASSERT_GT(t.stall_s, 0);
+    EXPECT_GT(t.stall_demand_s, 0);
+    EXPECT_NEAR(t.stall_demand_s + t.stall_prefetch_s + t.stall_other_s, t.stall_s,
+                t.stall_s * 1e-12);
+  }
+}
+
 TEST_F(OffloadTiny, DiskLinkRejectsAModelFileModifiedWhileServed) {
   const fs::path dir = temp("modified");
   fs::remove_all(dir);

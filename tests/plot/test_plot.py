@@ -111,6 +111,20 @@ def main():
     if "bonus-gate" not in plot.label("psr:lambda=0.3,gate=bonus"):
         print("FAIL label: the bonus gate is not named")
         failures += 1
+    # A bench row without a link moving experts has no prefetch split (null): its logical
+    # prefetches are drawn as their own part, not dropped.
+    import argparse  # noqa: E402
+    import json  # noqa: E402
+    with tempfile.TemporaryDirectory() as tmp:
+        logical = Path(tmp) / "logical.json"
+        logical.write_text(json.dumps({"schema": "steermoe.bench/1", "configurations": [
+            {"policy": "psr:lambda=0.3", "cache": 16, "resident": False, "rounds": [
+                {"copies_per_token": {"demand": 2.0, "prefetch": 3.0, "total": 5.0},
+                 "copies_source": "logical", "prefetch_per_token": None}]}]}))
+        rows = plot.copy_rows(argparse.Namespace(sim=None, bench=[logical]))
+        if [r[1:] for r in rows] != [(2.0, 0.0, 0.0, 0.0, 3.0)]:
+            print(f"FAIL copies of a logical bench row: {rows}")
+            failures += 1
     sys.exit(1 if failures else 0)
 
 

@@ -238,13 +238,16 @@ def copy_rows(args):
         for r in doc["results"]:
             p, c = r["prefetch_per_token"], r["copies_per_token"]
             rows.append((label(r["policy"], doc["cache_slots"]), c["demand"], p["late"],
-                         p["in_time"], p["unused"]))
+                         p["in_time"], p["unused"], 0.0))
     for key, c in sorted(bench_configs(args.bench or []).items()):
         if c.get("resident"):
             continue
         s = c["rounds"][0]  # copies are identical in every round (logical routing)
         p, cp = s["prefetch_per_token"], s["copies_per_token"]
-        rows.append((label(*key), cp["demand"], p["late"], p["in_time"], p["unused"]))
+        if p is None:  # no link moved experts: logical insertions, never timed
+            rows.append((label(*key), cp["demand"], 0.0, 0.0, 0.0, cp["prefetch"]))
+        else:
+            rows.append((label(*key), cp["demand"], p["late"], p["in_time"], p["unused"], 0.0))
     return rows
 
 
@@ -257,6 +260,8 @@ def cmd_copies(args):
     left = [0.0] * len(rows)
     parts = [("demand (stalls the layer)", 1, "#e41a1c"), ("prefetch, late", 2, "#ff7f00"),
              ("prefetch, in time", 3, "#4daf4a"), ("prefetch, unused", 4, "#bdbdbd")]
+    if any(r[5] > 0 for r in rows):
+        parts.append(("prefetch, no link (not timed)", 5, "#80b1d3"))
     for name, col, color in parts:
         vals = [r[col] for r in rows]
         ax.barh(y, vals, left=left, color=color, label=name, height=0.7)
