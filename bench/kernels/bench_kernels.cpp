@@ -201,7 +201,8 @@ void BM_MatvecVsReadBandwidth(benchmark::State& state) {
     return;
   }
   set_active_isa(best_isa());
-  state.SetLabel(std::string(isa_name(best_isa())));
+  select_isa_from_env();  // STEERMOE_KERNELS: another path of this CPU
+  state.SetLabel(std::string(isa_name(active_isa())));
   auto& weights = huge_buffer<uint16_t>(kWeightPoolBytes / 2, 1);
   const auto& x = buffer<float>(cols, 2);
   std::vector<float> y(rows);

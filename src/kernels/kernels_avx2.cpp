@@ -20,6 +20,8 @@ namespace {
 
 struct Simd {
   SM_SIMD_X86_TRAITS(256, /*tile_tokens=*/2)
+  // Decode (one input) as one stream with two chains, not strided tiles (simd_generic.inc).
+  static constexpr bool kDecodeOneStream = false;
 
   // The 16-bit elements of one vector (bf16 or f16), as integers.
   SM_TARGET static __m128i load_halves(const uint16_t* p) {

@@ -22,6 +22,8 @@ namespace {
 
 struct Simd {
   SM_SIMD_X86_TRAITS(512, /*tile_tokens=*/4)
+  // Decode (one input) as one stream with two chains, not strided tiles (simd_generic.inc).
+  static constexpr bool kDecodeOneStream = true;
 
   // The 16-bit elements of one vector (bf16 or f16), as integers.
   SM_TARGET static __m256i load_halves(const uint16_t* p) {
