@@ -56,8 +56,7 @@ void run_speculative(const model::Model& model, engine::Engine& target,
   engine::SpeculativeDecoder sd(
       target, *drafter.engine,
       {.draft_k = o.spec.draft_k, .temperature = o.sampling.temperature, .seed = o.sampling.seed});
-  std::fwrite(o.prompt.data(), 1, o.prompt.size(), stdout);
-  std::fflush(stdout);
+  write_stdout_text(o.prompt);
   const std::optional<int32_t> eos = tok.eos();
   std::vector<int32_t> out;
   out.reserve(static_cast<size_t>(o.n_predict) + 64);
@@ -72,8 +71,7 @@ void run_speculative(const model::Model& model, engine::Engine& target,
         return false;
       }
       const std::string piece = tok.token_bytes(out[written]);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      check_stdout();
+      write_stdout_text(piece);
     }
     return static_cast<int>(written) < o.n_predict;
   };
@@ -204,8 +202,7 @@ void add_run_command(CLI::App& root) {
     }
     engine::Sampler sampler(model->config().vocab, o->sampling);
     for (int32_t t : prompt) sampler.accept(t);  // the penalties look at the prompt too
-    std::fwrite(o->prompt.data(), 1, o->prompt.size(), stdout);
-    std::fflush(stdout);
+    write_stdout_text(o->prompt);
     const auto t0 = Clock::now();
     std::span<const float> logits = engine.prefill(prompt);
     const auto t1 = Clock::now();
@@ -218,8 +215,7 @@ void add_run_command(CLI::App& root) {
       if (!o->ignore_eos && eos && next == *eos) break;
       sampler.accept(next);
       const std::string piece = tok.token_bytes(next);
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
-      check_stdout();  // stop at once when the text cannot be written
+      write_stdout_text(piece);  // stop at once when the text cannot be written
       if (generated + 1 < o->n_predict) logits = engine.decode(next);
     }
     const auto t2 = Clock::now();

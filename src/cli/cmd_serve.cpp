@@ -110,6 +110,8 @@ void add_serve_command(CLI::App& root) {
     server::ServerOptions& so = o->server;
     const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
+    // Refused now, not at every request: a server that starts must be able to serve.
+    if (!o->spec.draft.empty()) engine::check_speculative_target(model->config());
     schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
     apply_speculative(o->spec, request);
     const schedule::OffloadConfig offload = resolve_policy(request, o->engine.policy, *model);
@@ -124,6 +126,7 @@ void add_serve_command(CLI::App& root) {
       drafter =
           load_drafter(o->spec, o->threads,
                        engine::resolve_context(model->config(), so.worker.engine.context), tok);
+      engine::check_speculative_target(drafter.model->config());
       so.worker.drafting = {.drafter = drafter.engine.get(), .draft_k = o->spec.draft_k};
     }
     so.write_timeout_s = so.read_timeout_s;

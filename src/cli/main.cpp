@@ -87,9 +87,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "\nsteermoe: interrupted; no partial output file was kept\n");
     return steermoe::kInterruptExitStatus;
   } catch (const steermoe::Error& e) {
+    steermoe::end_stdout_line();
     std::fprintf(stderr, "steermoe: error: %s\n", e.what());
     return 1;
   } catch (const std::bad_alloc&) {
+    steermoe::end_stdout_line();
     // Sizes from input are checked before allocating (common/memory_limit.hpp); this is the
     // last resort for an allocation that still does not fit.
     std::fprintf(stderr,
@@ -98,6 +100,7 @@ int main(int argc, char** argv) {
                  "model size)\n");
     return 1;
   } catch (const std::exception& e) {
+    steermoe::end_stdout_line();
     std::fprintf(stderr, "steermoe: error: %s\n", e.what());
     return 1;
   }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <cstdio>
 #include <stdexcept>
 #include <string_view>
 
@@ -29,7 +30,10 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
                   "insertions stay, so under PSR the text may differ from plain decoding's) | "
                   "exact (every position its own top-K) | block (one set per layer from the "
                   "weighted demand, AcceptMoE) | block:conf (drafter confidence weights + top-1 "
-                  "rescue); on a link the block rules hold --pool + --union-slots slots per layer")
+                  "rescue); the prompt is routed by --policy. On a link the block rules hold "
+                  "the slots a block can need per layer: --pool + --union-slots (block), + "
+                  "--draft-k (block:conf: its rescued experts), (--draft-k + 1) x top-k "
+                  "(exact), at most every expert")
       ->check(CLI::IsMember({"policy", "rollback", "exact", "block", "block:conf"}))
       ->capture_default_str();
   cmd->add_option("--pool", o.pool,
@@ -47,10 +51,23 @@ void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
 }
 
 void apply_speculative(const SpecOptions& o, schedule::OffloadRequest& request) {
+  // Options that would change nothing are said, not silently ignored.
+  const bool block_rule = o.select == "exact" || o.select == "block" || o.select == "block:conf";
+  const bool block_options = o.pool > 0 || o.union_slots > 0 || o.no_block_prefetch;
+  if (o.draft.empty() && (o.select != "rollback" || block_options))
+    std::fprintf(stderr,
+                 "steermoe: warning: --spec-select, --pool, --union-slots and "
+                 "--no-block-prefetch have no effect without --draft\n");
+  else if (!o.draft.empty() && !block_rule && block_options)
+    std::fprintf(stderr,
+                 "steermoe: warning: --pool, --union-slots and --no-block-prefetch have no effect "
+                 "with --spec-select %s (they belong to exact, block and block:conf)\n",
+                 o.select.c_str());
   if (o.draft.empty() || o.select == "policy") return;
   request.spec_select = o.select;
   request.pool = o.pool;
   request.union_slots = o.union_slots;
+  request.draft_k = o.draft_k;
   request.block_prefetch = !o.no_block_prefetch;
 }
 

@@ -100,6 +100,24 @@ void check_stdout() {
   }
 }
 
+namespace {
+bool g_stdout_mid_line = false;  // the main thread's streamed text only
+}  // namespace
+
+void write_stdout_text(std::string_view bytes) {
+  if (bytes.empty()) return;
+  std::fwrite(bytes.data(), 1, bytes.size(), stdout);
+  g_stdout_mid_line = bytes.back() != '\n';
+  check_stdout();
+}
+
+void end_stdout_line() {
+  if (!g_stdout_mid_line) return;
+  g_stdout_mid_line = false;
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
 StagedFile::StagedFile(fs::path path) : path_(std::move(path)), temp_(partial_name(path_)) {
   check_renamable_output(path_);
   const fs::path parent = path_.parent_path();

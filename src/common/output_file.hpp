@@ -28,6 +28,13 @@ void check_renamable_output(const std::filesystem::path& path);
 // (a full disk, a closed pipe). Call once at the end, after the last write.
 void check_stdout();
 
+// Streamed text (run's prompt and tokens): written and flushed at once, checked as check_stdout
+// does, and remembered whether it left stdout in the middle of a line.
+void write_stdout_text(std::string_view bytes);
+// Ends that line with a newline, if one was left open: an error reported on stderr after
+// streamed text starts on a line of its own.
+void end_stdout_line();
+
 // Creates `dir` and its parents; Error "<dir>: output: cannot create the folder (...)" when it
 // cannot (a file is in the way, no permission, ...).
 void create_output_directory(const std::filesystem::path& dir);

@@ -64,6 +64,13 @@ int32_t sample_residual(std::span<const float> p, std::span<const float> q, doub
   return draw(p, p_total, u);
 }
 
+void check_speculative_target(const model::ModelConfig& config) {
+  if (config.linear_layer_count() > 0)
+    fail(config.source, "speculative decoding",
+         "expected a model without recurrent (Gated DeltaNet) layers: rejected drafts must be "
+         "rolled back, and their state cannot be (Qwen3.5 / 3.6, Qwen3-Next)");
+}
+
 SpeculativeDecoder::SpeculativeDecoder(Engine& target, Engine& drafter, const SpecParams& params)
     : target_(target), drafter_(&drafter), params_(params), rng_(params.seed) {
   const model::ModelConfig& t = target.config();
@@ -72,10 +79,7 @@ SpeculativeDecoder::SpeculativeDecoder(Engine& target, Engine& drafter, const Sp
     fail(d.source, "vocab",
          "expected the target's vocabulary of {} tokens ({}) for a drafter, found {}", t.vocab,
          t.source, d.vocab);
-  if (d.linear_layer_count() > 0)
-    fail(d.source, "speculative decoding",
-         "expected a model without recurrent (Gated DeltaNet) layers: rejected drafts must be "
-         "rolled back");
+  check_speculative_target(d);
   size_buffers();
 }
 
@@ -98,11 +102,16 @@ void SpeculativeDecoder::size_buffers() {
     fail("speculative", "--draft-k", "expected 1..64, found {}", params_.draft_k);
   if (!(params_.temperature >= 0))
     fail("speculative", "--temp", "expected >= 0, found {}", params_.temperature);
+  check_speculative_target(target_.config());
   const model::ModelConfig& t = target_.config();
-  if (t.linear_layer_count() > 0)
-    fail(t.source, "speculative decoding",
-         "expected a model without recurrent (Gated DeltaNet) layers: rejected drafts must be "
-         "rolled back");
+  // On a link the block rules' slots were sized for a number of drafts (a block of draft_k + 1
+  // positions executes at most OffloadConfig::block_slots experts per layer): more would not fit.
+  const schedule::OffloadConfig& offload = target_.expert_cache().config();
+  if (offload.block && offload.link.moves_experts() && offload.draft_k < params_.draft_k)
+    fail("speculative", "--draft-k",
+         "expected at most the {} drafts the target's verification slots were sized for "
+         "(OffloadRequest::draft_k), found {}",
+         offload.draft_k, params_.draft_k);
   const auto V = static_cast<size_t>(t.vocab);
   const auto k = static_cast<size_t>(params_.draft_k);
   block_.resize(k + 1);

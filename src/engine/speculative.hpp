@@ -24,6 +24,11 @@
 
 namespace steermoe::engine {
 
+// Throws naming the model where speculative decoding cannot run on it, as target or drafter:
+// recurrent (Gated DeltaNet) layers, whose state rejected drafts cannot be taken back from.
+// The decoder checks it; `serve` calls it at startup, before any request.
+void check_speculative_target(const model::ModelConfig& config);
+
 struct SpecParams {
   int draft_k = 4;           // drafts per verification (>= 1)
   float temperature = 0.0f;  // 0: greedy verification; > 0: speculative sampling

@@ -48,6 +48,7 @@ OffloadRequest OffloadConfig::request() const {
                                     : "",
           .pool = block ? block->pool : 0,
           .union_slots = block ? block->union_slots : 0,
+          .draft_k = draft_k,
           .block_prefetch = block ? block->prefetch_next : true,
           .verify = verify,
           .calibration = calibration_source.empty() ? nullptr : calibration,
@@ -124,6 +125,21 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
                                   .union_slots = r.union_slots > 0 ? r.union_slots : c.cache_slots,
                                   .gamma = rule == policy::BlockRule::kBlockConf ? 1.05f : 1.0f,
                                   .prefetch_next = r.block_prefetch};
+    // The selector checks these too; here they are refused before any file is read or probed.
+    const int E = spec.experts, K = spec.top_k;
+    if (c.block->pool < K || c.block->pool > E)
+      fail("--pool", "value", "expected {} <= P <= {} (top-k .. experts), found {}", K, E,
+           c.block->pool);
+    if (c.block->union_slots < K || c.block->union_slots > E)
+      fail("--union-slots", "value", "expected {} <= U <= {} (top-k .. experts), found {}", K, E,
+           c.block->union_slots);
+    if (r.draft_k < 0) fail("--draft-k", "value", "expected >= 1, found {}", r.draft_k);
+    c.draft_k = r.draft_k;
+    const int pu = c.block->pool + c.block->union_slots;
+    const int most = rule == policy::BlockRule::kExact       ? (r.draft_k + 1) * K
+                     : rule == policy::BlockRule::kBlockConf ? pu + r.draft_k
+                                                             : pu;
+    c.block_slots = std::min(E, std::max(pu, most));
   }
   c.verify = r.verify;
   if (r.calibration != nullptr && !dense) {

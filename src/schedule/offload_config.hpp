@@ -33,6 +33,7 @@ struct OffloadRequest {
   std::string spec_select;
   int pool = 0;
   int union_slots = 0;
+  int draft_k = 0;             // drafts per verification: sizes the block rules' slots on a link
   bool block_prefetch = true;  // BlockParams::prefetch_next (links only; latency, not output)
   bool verify = false;         // disk link: checksum every copied expert
   // Loaded by the caller (or null: none found). Shared: engines and steps keep it alive.
@@ -62,6 +63,11 @@ struct OffloadConfig {
   PrefetchIssue issue = PrefetchIssue::kBoundary;  // physical only
   MoeWait moe_wait = MoeWait::kAll;                // physical only
   std::optional<policy::BlockParams> block;        // verification rules (speculative decoding)
+  // With `block`, the most experts a verification block of draft_k + 1 positions can execute per
+  // layer (capped at E): exact (draft_k + 1) x top-k, block P + U, block:conf P + U + draft_k
+  // (its rescued top-1 experts may lie outside the set). A link holds that many slots.
+  int block_slots = 0;
+  int draft_k = 0;
   bool rollback = false;  // verification through the policy, rejected positions taken back
   bool verify = false;
   // Never null: the given calibration, or an uninformed one (exact LRU and C = E need nothing).
@@ -69,11 +75,9 @@ struct OffloadConfig {
   std::string calibration_source;  // "" when uninformed
 
   std::string policy_text() const { return policy.to_string(); }  // canonical
-  // Slots per MoE layer a link holds: C, or with verification blocks the pool and the union
-  // slots (P + U) when that is more (the policy's C are the first of them).
-  int physical_slots() const {
-    return block ? std::max(cache_slots, block->pool + block->union_slots) : cache_slots;
-  }
+  // Slots per MoE layer a link holds: C, or with verification blocks block_slots when that is
+  // more (the policy's C are the first of them).
+  int physical_slots() const { return block ? std::max(cache_slots, block_slots) : cache_slots; }
   // The request that resolves to this configuration (to resolve a variant of it: another
   // policy or cache size with the same link and calibration).
   OffloadRequest request() const;

@@ -299,20 +299,27 @@ void OffloadStep::place_block(int layer, std::span<policy::Decision> decisions) 
       }
     }
   }
+  // The link's slots were sized for the most experts a block of the configured drafts can
+  // execute (OffloadConfig::block_slots), so this holds; were it not to, nothing is placed and
+  // the marks are cleared first: the step stays usable for the next request.
+  size_t missing = 0;
+  for (const int32_t e : block_union_) missing += slot_of_[static_cast<size_t>(e)] < 0;
+  if (missing > victims_.size()) {
+    for (const int32_t e : block_union_) {
+      needed_[static_cast<size_t>(e)] = 0;
+      slot_of_[static_cast<size_t>(e)] = -1;
+    }
+    fail("--draft-k", "slots",
+         "expected the {} experts a verification block executes at MoE layer {} to fit the {} "
+         "slots per layer the link holds (sized for the configured drafts: "
+         "OffloadRequest::draft_k)",
+         block_union_.size(), layer, physical_slots_);
+  }
   size_t next_victim = 0;
   union_slots_.clear();
   for (const int32_t e : block_union_) {
     int32_t& slot = slot_of_[static_cast<size_t>(e)];
-    if (slot < 0) {
-      // Exact verification executes every position's own top-K: up to (k+1) K experts.
-      if (next_victim >= victims_.size())
-        fail("--union-slots", "slots",
-             "expected the {} experts a verification block executes at MoE layer {} to fit the "
-             "{} slots per layer the link holds (--pool + --union-slots): raise --union-slots "
-             "or lower --draft-k",
-             block_union_.size(), layer, physical_slots_);
-      slot = victims_[next_victim++];
-    }
+    if (slot < 0) slot = victims_[next_victim++];
     scheduler_->place(layer, slot, e);
     union_slots_.push_back(slot);
   }

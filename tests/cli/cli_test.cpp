@@ -119,6 +119,16 @@ TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
       run_cli("run -m " + kSmall.string() + " -p x -n 4 --top-k 5 --draft " + drafter);
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_NE(refused.output.find("--top-k"), std::string::npos) << refused.output;
+  // Verification options that would change nothing are said, not silently ignored.
+  const auto alone = run_cli("run -m " + kSmall.string() + " -p x -n 2 --spec-select block");
+  EXPECT_EQ(alone.status, 0) << alone.output;
+  EXPECT_NE(alone.output.find("have no effect without --draft"), std::string::npos) << alone.output;
+  const auto pool = run_cli("run -m " + kSmall.string() + " -p x -n 2 --pool 16 --draft " +
+                            drafter + " --spec-select rollback");
+  EXPECT_EQ(pool.status, 0) << pool.output;
+  EXPECT_NE(pool.output.find("no effect with --spec-select rollback"), std::string::npos)
+      << pool.output;
+  EXPECT_EQ(demo("--temp 0").find("no effect"), std::string::npos);
 }
 
 // A drafter whose tokenizer spells its ids differently drafts nonsense (every draft rejected):
@@ -192,6 +202,14 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
   EXPECT_EQ(t.status, 1) << t.output;
   EXPECT_NE(t.output.find(bad.string() + ": chat_template"), std::string::npos) << t.output;
   fs::remove(bad);
+  // serve --draft on a model whose recurrent layers cannot be rolled back: refused at startup
+  // (it started, then failed every speculative request).
+  const fs::path hybrid =
+      fs::path(STEERMOE_SOURCE_DIR) / "tests" / "data" / "hf_models" / "qwen3_next";
+  const auto h = run_cli("serve -m " + hybrid.string() + " --port 0 --draft " +
+                         (kSmall.parent_path() / "steer-drafter-small").string());
+  EXPECT_EQ(h.status, 1) << h.output;
+  EXPECT_NE(h.output.find("recurrent (Gated DeltaNet) layers"), std::string::npos) << h.output;
   // calibrate's report cache: at most the trace's experts per layer.
   const fs::path trace = fs::temp_directory_path() / "steermoe_cli_calibrate_trace";
   fs::remove_all(trace);

@@ -178,9 +178,15 @@ TEST_F(SpeculativePair, BlockVerificationOnALinkIsBitIdenticalToResident) {
                              Variant{"emulated:200", 1e-4, 6},
                              Variant{"emulated:20,10", 1e-4, 2, false}}) {
       SCOPED_TRACE(v.link);
-      schedule::OffloadRequest r{.policy = "exact:evict=lru", .cache = 24, .link = v.link,
-                                 .max_inflight = v.max_inflight, .spec_select = rule, .pool = 24,
-                                 .union_slots = 24, .block_prefetch = v.early};
+      schedule::OffloadRequest r{.policy = "exact:evict=lru",
+                                 .cache = 24,
+                                 .link = v.link,
+                                 .max_inflight = v.max_inflight,
+                                 .spec_select = rule,
+                                 .pool = 24,
+                                 .union_slots = 24,
+                                 .draft_k = 6,
+                                 .block_prefetch = v.early};
       r.calibration = std::make_shared<const policy::Calibration>(
           policy::uninformed_calibration(router_spec(target_->config())));
       EngineParams p{.offload = resolve_offload(*target_, r)};
@@ -213,6 +219,60 @@ TEST_F(SpeculativePair, BlockVerificationOnALinkIsBitIdenticalToResident) {
         }
       }
     }
+  }
+}
+
+// Exact verification executes every position's own top-K: up to (k + 1) x K experts per layer,
+// more than --pool + --union-slots = 16 + 16 here. The link's slots are sized for the drafts
+// configured (40 for k = 4), so every block fits and the text is exact routing's, request after
+// request; block:conf holds P + U + k (its rescued experts); a decoder drafting more than the
+// slots were sized for is refused before it runs.
+TEST_F(SpeculativePair, ExactVerificationSlotsAreSizedForTheDrafts) {
+  const auto request = [&](const char* rule, int k) {
+    schedule::OffloadRequest r{.policy = "exact:evict=lru",
+                               .cache = 16,
+                               .link = "emulated:50,5",
+                               .spec_select = rule,
+                               .pool = 16,
+                               .union_slots = 16,
+                               .draft_k = k};
+    r.calibration = std::make_shared<const policy::Calibration>(
+        policy::uninformed_calibration(router_spec(target_->config())));
+    return resolve_offload(*target_, r);
+  };
+  EXPECT_EQ(request("exact", 4).physical_slots(), 40);
+  EXPECT_EQ(request("exact", 9).physical_slots(), 64);  // at most every expert
+  EXPECT_EQ(request("block", 4).physical_slots(), 32);
+  EXPECT_EQ(request("block:conf", 4).physical_slots(), 36);
+  {
+    // The defaults (P = U = C) above half the experts: at most every expert, not 2C (the
+    // scheduler refused 96 slots of 64), and an engine runs on them.
+    schedule::OffloadRequest r{.policy = "exact:evict=lru",
+                               .cache = 48,
+                               .link = "emulated:50",
+                               .spec_select = "block",
+                               .draft_k = 4};
+    r.calibration = std::make_shared<const policy::Calibration>(
+        policy::uninformed_calibration(router_spec(target_->config())));
+    EngineParams p48{.offload = resolve_offload(*target_, r)};
+    EXPECT_EQ(p48.offload.physical_slots(), 64);
+    p48.context = 64;
+    EXPECT_NO_THROW(Engine(*target_, p48));
+  }
+
+  Engine ar(*target_, params(*target_));
+  Engine drafter(*drafter_, params(*drafter_));
+  EngineParams p{.offload = request("exact", 4)};
+  p.context = 128;
+  Engine target(*target_, p);
+  EXPECT_THROW(SpeculativeDecoder(target, drafter, {.draft_k = 5}), Error);
+  SpeculativeDecoder sd(target, drafter, {.draft_k = 4});
+  for (const auto& prompt : prompts(*tok_, 6)) {
+    const std::vector<int32_t> want = greedy(ar, prompt, 48);
+    std::vector<int32_t> got{sd.begin(prompt)};
+    while (got.size() < want.size()) sd.step(got);
+    got.resize(want.size());
+    ASSERT_EQ(got, want);
   }
 }
 
