@@ -241,17 +241,21 @@ void ExpertCache::begin_request() {
   request_start_ = stats();
 }
 
+void ExpertCache::add_phase_times() {
+  if (!step_->offloaded()) return;
+  // The link clock's phase times: what a hardware profile needs (steermoe profile), and bench's
+  // compute columns.
+  for (int l = 0; l < step_->router().spec().layers; ++l) {
+    const schedule::LayerTiming& t = step_->timing(l);
+    attention_s_ += t.host_start - t.attention_start;
+    moe_s_ += t.moe_end - t.moe_start - t.moe_waits;
+  }
+}
+
 void ExpertCache::run_token(int32_t token, schedule::LayerDriver& driver) {
   const CacheStats before = stats();
   step_->run_token(token, driver);
-  if (step_->offloaded()) {
-    // The link clock's phase times: what a hardware profile needs (steermoe profile).
-    for (int l = 0; l < step_->router().spec().layers; ++l) {
-      const schedule::LayerTiming& t = step_->timing(l);
-      attention_s_ += t.host_start - t.attention_start;
-      moe_s_ += t.moe_end - t.moe_start - t.moe_waits;
-    }
-  }
+  add_phase_times();
   last_token_ = stats() - before;
 }
 
@@ -259,6 +263,7 @@ void ExpertCache::run_block(std::span<const int32_t> tokens, std::span<const flo
                             schedule::LayerDriver& driver) {
   const CacheStats before = stats();
   step_->run_block(tokens, alpha, driver);
+  add_phase_times();  // a verification block's layers are timed as a token's are
   last_token_ = stats() - before;
 }
 

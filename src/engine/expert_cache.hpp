@@ -123,6 +123,7 @@ class ExpertCache {
   std::unique_ptr<schedule::OffloadStep> step_;  // after the link: its scheduler uses it
   CacheStats last_token_;
   CacheStats request_start_;
+  void add_phase_times();               // the last step's A(l) and M(l), where a link times them
   double attention_s_ = 0, moe_s_ = 0;  // A(l) and M(l) summed over layers and tokens
 };
 

@@ -187,7 +187,8 @@ nlohmann::json kl_json(std::span<const KlRow> rows) {
 std::string kl_table(std::span<const KlRow> rows) {
   std::string out =
       "| policy | cache | KL (nats/token) [95% CI] | ppl | exact ppl | top-1 agree | replaced | "
-      "copies/token (demand + prefetch) |\n| --- | --- | --- | --- | --- | --- | --- | --- |\n";
+      "copies/token (demand + prefetch, + block + restore under --draft) |\n| --- | --- | --- | "
+      "--- | --- | --- | --- | --- |\n";
   for (const KlRow& r : rows) {
     out += fmt::format(
         "| {} | {} | {:.5f} {} | {:.3f} | {:.3f} | {:.4f} | {:.2f}% | "

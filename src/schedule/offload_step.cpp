@@ -332,6 +332,7 @@ void OffloadStep::place_block(int layer, std::span<policy::Decision> decisions) 
   }
   scheduler_->wait_for_layer(layer, union_slots_);
   timing.moe_start = clock();
+  timing.moe_waits = 0;  // one batched MoE after the whole wait
 }
 
 void OffloadStep::save_blocks(BlockCheckpoint& out) const {

@@ -184,6 +184,16 @@ TEST(BenchCli, SpeculativeRowsReportCopiesPerCommittedTokenByKind) {
   EXPECT_EQ(block.at("copies_source"), "logical");
   EXPECT_GT(block.at("copies_per_token").at("block").get<double>(), 0);
   EXPECT_EQ(block.at("copies_per_token").at("restore").get<double>(), 0);
+  // On a link the blocks' layers are timed as tokens' are (compute was reported 0); the block
+  // selector is not timed as policy time: null, not 0.
+  const json linked = bench(
+      "--policy exact:evict=lru --spec-select block:conf --pool 24 --union-slots 24 "
+      "--link emulated:50,5",
+      "spec_block_link.json");
+  EXPECT_EQ(linked.at("copies_source"), "scheduler");
+  EXPECT_GT(linked.at("compute_ms_per_token").at("moe").get<double>(), 0);
+  EXPECT_GT(linked.at("compute_ms_per_token").at("attention").get<double>(), 0);
+  EXPECT_TRUE(linked.at("host_ms_per_token").is_null());
   // Over text windows the drafts are teacher forced; a synthetic drafter can stand in there.
   const fs::path forced = temp("spec_synthetic.json");
   const auto r = test_support::run_cli(
