@@ -272,6 +272,11 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
 }
 
 void run_bench_cli(const BenchCli& o) {
+  // Conflicts first: each of these asks for another kind of run.
+  if (o.generate > 0 && !o.scores_from.empty())
+    fail("bench", "--scores-from",
+         "expected teacher forcing over the trace's tokens, not --generate (the two do not go "
+         "together: drop one)");
   if (o.generate > 0 && o.prompts.empty())
     fail("bench", "--prompts", "expected a prompts file with --generate");
   if (o.generate == 0 && o.file.empty() && o.scores_from.empty())
@@ -290,7 +295,6 @@ void run_bench_cli(const BenchCli& o) {
   std::optional<trace::Trace> score_trace;
   std::unique_ptr<eval::TraceScores> supplied;
   if (!o.scores_from.empty()) {
-    if (o.generate > 0) fail("bench", "--scores-from", "expected teacher forcing, not --generate");
     score_trace.emplace(trace::Trace::open(o.scores_from));
     if (score_trace->experts() != cfg.experts || score_trace->meta().top_k != cfg.top_k)
       fail(o.scores_from, "experts/top_k",

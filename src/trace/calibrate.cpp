@@ -29,8 +29,10 @@ policy::Calibration calibrate_trace(const Trace& trace, int vocab) {
          "expected a trace with at least one step to calibrate from");
   for (int64_t t = 0; t < trace.steps(); ++t)
     if (trace.token(t) >= vocab)
-      fail(trace.dir().string(), fmt::format("token {}", t),
-           "expected a token id below vocab = {}, found {}", vocab, trace.token(t));
+      fail(trace.dir().string(), fmt::format("step {}: token", t),
+           "expected a token id below the vocabulary of {} (--vocab or meta.json's vocab), "
+           "found {}",
+           vocab, trace.token(t));
   policy::Calibrator calibrator(trace.meta().router_spec(), vocab);
   Progress progress("calibrate", trace.steps(), "steps");
   for (int64_t t = 0; t < trace.steps(); ++t) {

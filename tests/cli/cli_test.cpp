@@ -175,6 +175,8 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
   const std::string m = "-m " + kSmall.string() + " -p hi -n 2";
   const Case cases[] = {
       {"foo", "unknown command 'foo'"},
+      {"bench -m " + kSmall.string() + " --scores-from /nonexistent --generate 4",
+       "--scores-from: expected teacher forcing over the trace's tokens, not --generate"},
       {"--bogus", "unknown option '--bogus'"},
       {"run --bogus-opt 1", "unknown option '--bogus-opt' for `steermoe run`"},
       {"run -m " + kSmall.string() + " --modle x -p hi", "unknown option '--modle'"},
