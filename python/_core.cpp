@@ -90,6 +90,11 @@ class Step {
         *this, rows_span(z, L, "z"),
         pregate ? rows_span(*pregate, L, "pregate") : std::span<const float>{},
         weight_scores ? rows_span(*weight_scores, L, "weight_scores") : std::span<const float>{});
+    // Without them part 1 would silently insert nothing: another policy than the one named.
+    if (!pregate && step_.prefetches() && spec_.layers > 1)
+      throw Error(
+          "run_token: pregate: expected the pre-gate scores [L, E]: the policy prefetches (part 1 "
+          "reads the next layer's router on this layer's input)");
     py::array_t<int32_t> out({L, K});
     driver.out = out.mutable_data();
     step_.run_token(token, driver);
@@ -108,6 +113,10 @@ class Step {
       throw Error(
           "route_layer: pregate: expected layer >= 1 (part 1 is for the layer after the "
           "one whose input it was computed on)");
+    if (!pregate && layer >= 1 && step_.prefetches())
+      throw Error(
+          "route_layer: pregate: expected the pre-gate scores [n, E] for layer >= 1: the policy "
+          "prefetches (part 1 reads this layer's router on the previous layer's input)");
     if (tokens.ndim() != 1) throw Error("route_layer: tokens: expected a 1-D array");
     const auto n = static_cast<py::ssize_t>(tokens.shape(0));
     const std::span<const float> zs = rows_span(z, n, "z");

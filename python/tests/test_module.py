@@ -143,6 +143,16 @@ def main():
             check(False, f"{bad_policy} accepted")
         except steermoe.Error as e:
             check(needle in str(e), f"{bad_policy}: message {e}")
+    # A prefetching policy without pre-gate scores would silently run without part 1.
+    for call in (lambda s: s.run_token(1, np.zeros((16, 64), np.float32)),
+                 lambda s: s.route_layer(1, np.array([1]), np.zeros((1, 64), np.float32))):
+        try:
+            call(steermoe.Step(trace.router_spec(), "psr:lambda=0.3,n=1", calib, 32))
+            check(False, "a prefetching policy ran without pregate")
+        except steermoe.Error as e:
+            check("pregate" in str(e), f"no pregate: message {e}")
+    steermoe.Step(trace.router_spec(), "cacheprior:lambda=0.2", calib, 32).run_token(
+        1, np.zeros((16, 64), np.float32))  # no part 1: none needed
     # parse_policy: lambda as written (the shortest decimal of its float32, not
     # 0.30000001192092896), every key of the canonical form, the bonus gate among them.
     d = steermoe.parse_policy("psr:lambda=0.3,n=2,gate=bonus")

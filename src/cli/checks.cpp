@@ -63,6 +63,18 @@ policy::Calibration load_calibration_for(const std::string& path, int layers, in
   return cal;
 }
 
+void note_profile_shape(const schedule::HardwareProfile& profile, const policy::RouterSpec& shape,
+                        const char* command) {
+  if ((profile.layers > 0 && profile.layers != shape.layers) ||
+      (profile.experts > 0 && profile.experts != shape.experts) ||
+      (profile.top_k > 0 && profile.top_k != shape.top_k))
+    std::fprintf(stderr,
+                 "%s: note: profile %s is for %d layers x %d experts, top-%d; the model or trace "
+                 "has %d x %d, top-%d (the profile's per-layer durations are used as they are)\n",
+                 command, profile.name.c_str(), profile.layers, profile.experts, profile.top_k,
+                 shape.layers, shape.experts, shape.top_k);
+}
+
 policy::Calibration load_calibration_for(const std::string& path, const model::Model& model) {
   const model::ModelConfig& c = model.config();
   return load_calibration_for(path, c.moe_layer_count(), c.experts, c.top_k, c.vocab,

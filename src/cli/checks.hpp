@@ -8,6 +8,8 @@
 
 #include "model/weights.hpp"
 #include "policy/calibration.hpp"
+#include "policy/router.hpp"
+#include "schedule/profile.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
@@ -21,6 +23,11 @@ policy::Calibration load_calibration_for(const std::string& path, const model::M
 // Same against an explicit shape (a trace's); `against` names it in the message.
 policy::Calibration load_calibration_for(const std::string& path, int layers, int experts,
                                          int top_k, int vocab, const std::string& against);
+
+// A note on stderr where a hardware profile was measured on another shape than `shape` (its
+// per-layer durations are used as they are): `command` names who says it (sim, bench).
+void note_profile_shape(const schedule::HardwareProfile& profile, const policy::RouterSpec& shape,
+                        const char* command);
 
 // A text file the command tokenizes (regular file, bounded size), checked to be UTF-8 here so
 // that an error names the file: "<path>: encoding: expected valid UTF-8 ... at offset N".

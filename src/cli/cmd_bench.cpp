@@ -259,8 +259,13 @@ nlohmann::json measured_profile(const eval::BenchResult& b, const eval::BenchRes
             {"channels", linked.link_channels},
             {"compute_slowdown", slowdown},
             {"transfer_slowdown", transfer_slowdown},
-            {"reads_beside_compute_GBps", reads.beside_bytes_per_s() / 1e9},
-            {"reads_alone_GBps", reads.alone_bytes_per_s() / 1e9}}},
+            // Informational (sim reads neither): null where they were not measured.
+            {"reads_beside_compute_GBps", reads.alone.seconds > 0
+                                              ? nlohmann::json(reads.beside_bytes_per_s() / 1e9)
+                                              : nlohmann::json(nullptr)},
+            {"reads_alone_GBps", reads.alone.seconds > 0
+                                     ? nlohmann::json(reads.alone_bytes_per_s() / 1e9)
+                                     : nlohmann::json(nullptr)}}},
           {"expert_bytes", probe.expert_bytes},
           {"compute_us",
            {{"attention", attention / n / layers * 1e3},
@@ -340,6 +345,10 @@ void run_bench_cli(const BenchCli& o) {
            "expected no --draft: the simulator replays plain decoding's routing (one position "
            "per token), not verification blocks");
   }
+  if (!o.predict.empty() && o.generate > 0)
+    fail("bench", "--predict",
+         "expected teacher forcing (text windows, or --scores-from TRACE), not --generate: the "
+         "simulator replays the routing of the same windows");
   if (supplied) {
     // The trace model's calibration (--calib only), its layers mapped like the trace's.
     request.calibration.reset();
@@ -428,7 +437,9 @@ void run_bench_cli(const BenchCli& o) {
       offloads.pop_back();
       std::fprintf(stderr,
                    "profile: every expert in a slot %s: the compute comes from the first "
-                   "configuration, measured under its own reads\n",
+                   "configuration, measured under its own reads; compute beside reads and the "
+                   "link beside compute are not measured: the profile models no contention "
+                   "(compute_slowdown and transfer_slowdown 0)\n",
                    why.c_str());
     }
   }
@@ -550,6 +561,11 @@ void run_bench_cli(const BenchCli& o) {
                  profile.link_channels, profile.link_channels == 1 ? "" : "s",
                  o.engine.link.c_str());
     const policy::RouterSpec spec = engine::router_spec(cfg);
+    note_profile_shape(profile, spec, "bench");
+    if (o.engine.link == "resident")
+      std::fprintf(stderr,
+                   "bench: note: --link resident makes no copies: each row's prediction is of the "
+                   "profile's link, not of this run (measure --link disk to compare)\n");
     const eval::BenchResult* floor_row = nullptr;
     for (const eval::BenchResult& b : results)
       if (b.config.resident && b.config.unavailable.empty()) floor_row = &b;

@@ -63,6 +63,13 @@ void add_kl_command(CLI::App& root) {
                 "the draft positions (from the same state, then undone) and report the share of "
                 "committed token-layers whose executed expert set the rejected drafts changed");
   cmd->final_callback([o] {
+    // kl runs its configurations side by side with every expert resident (output does not
+    // depend on the link): a budget would not hold what it means elsewhere.
+    if (!o->engine.mem_limit.empty())
+      fail("kl", "--mem-limit",
+           "expected no memory budget: kl computes with every expert resident, one engine per "
+           "configuration (routing and logits are the same on every link); bench and run take "
+           "--mem-limit");
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "kl");
     const model::ModelConfig& cfg = model->config();

@@ -61,12 +61,14 @@ void add_logits_command(CLI::App& root) {
   add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     const std::vector<int32_t> ids = parse_token_list(o->tokens);
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
     const auto V = static_cast<size_t>(model->config().vocab);
     const schedule::OffloadConfig offload =
         resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
-    engine::Engine engine(*model, engine_params(o->engine, offload, o->threads,
-                                                std::max<int>(static_cast<int>(ids.size()), 1)));
+    const int positions = std::max<int>(static_cast<int>(ids.size()), 1);
+    check_fits(budget, *model, offload, positions);
+    engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, positions));
     check_allocation("logits", "--tokens", saturating_mul(ids.size(), V * sizeof(float)),
                      fmt::format("the logits of {} tokens", ids.size()), "expected fewer tokens");
     std::vector<float> logits(ids.size() * V);
@@ -81,6 +83,7 @@ void add_logits_command(CLI::App& root) {
     write_file_atomic(o->output, std::string_view(reinterpret_cast<const char*>(logits.data()),
                                                   logits.size() * sizeof(float)));
     std::fprintf(stderr, "wrote %zu x %zu logits to %s\n", ids.size(), V, o->output.c_str());
+    if (budget) std::fprintf(stderr, "memory: %s\n", memory_report(budget).c_str());
   });
 }
 

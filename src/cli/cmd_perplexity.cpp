@@ -66,6 +66,7 @@ void add_perplexity_command(CLI::App& root) {
       ->check(WritablePath);
   cmd->add_option("--scores-task", o->scores_task, "Task name written in the --scores lines");
   cmd->final_callback([o] {
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
     const schedule::OffloadConfig offload =
         resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);
@@ -85,6 +86,7 @@ void add_perplexity_command(CLI::App& root) {
                                     static_cast<uint64_t>(model->config().vocab) * 4),
                      fmt::format("the logits of a window of {} tokens", used_window),
                      "expected a window whose logits fit in memory (lower --window)");
+    check_fits(budget, *model, offload, used_window);
     engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, used_window));
     const eval::PerplexityResult r =
         eval::perplexity(engine, model->config().vocab, ids,
@@ -123,6 +125,7 @@ void add_perplexity_command(CLI::App& root) {
                        {"seconds", seconds},
                        {"per_window", per_window}};
     std::printf("%s\n", dump_json(out, 2).c_str());
+    if (budget) std::fprintf(stderr, "memory: %s\n", memory_report(budget).c_str());
   });
 }
 

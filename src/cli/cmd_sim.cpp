@@ -164,15 +164,7 @@ void run_sim(const SimOptionsCli& o) {
   if (o.link_channels > 0) profile.link_channels = o.link_channels;
   const trace::TraceMeta& meta = input.meta();
   const policy::RouterSpec spec = meta.router_spec();
-  if ((profile.layers > 0 && profile.layers != meta.layers) ||
-      (profile.experts > 0 && profile.experts != meta.experts) ||
-      (profile.top_k > 0 && profile.top_k != meta.top_k)) {
-    std::fprintf(stderr,
-                 "sim: note: profile %s is for %d layers x %d experts, top-%d; the trace has "
-                 "%d x %d, top-%d (the profile's per-layer durations are used as they are)\n",
-                 profile.name.c_str(), profile.layers, profile.experts, profile.top_k, meta.layers,
-                 meta.experts, meta.top_k);
-  }
+  note_profile_shape(profile, spec, "sim");
   if (meta.expert_bytes && static_cast<int64_t>(*meta.expert_bytes) != profile.expert_bytes) {
     std::fprintf(stderr,
                  "sim: note: trace says %llu bytes per expert, profile %lld; using the "

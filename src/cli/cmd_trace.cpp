@@ -48,6 +48,7 @@ void add_trace_command(CLI::App& root) {
   // --policy: the policy the trace is recorded under (closed loop unless exact).
   add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "trace");
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
@@ -69,6 +70,7 @@ void add_trace_command(CLI::App& root) {
                                         static_cast<uint64_t>(cfg.experts) * 4 * 3),
                      fmt::format("the router records of a window of {} tokens", window),
                      "expected a window whose records fit in memory (lower --window)");
+    check_fits(budget, *model, offload, window);
     engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, window));
     const policy::RouterSpec spec = engine.router_spec();
     trace::TraceMeta meta;
@@ -124,6 +126,7 @@ void add_trace_command(CLI::App& root) {
     writer.close();  // the folder appears under its name only now (TraceWriter stages it)
     std::fprintf(stderr, "trace: %zu steps, %d MoE layers x %d experts -> %s\n", ids.size(),
                  spec.layers, spec.experts, o->output.c_str());
+    if (budget) std::fprintf(stderr, "memory: %s\n", memory_report(budget).c_str());
   });
 }
 

@@ -34,6 +34,9 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   if (params.max_batch < 1 || params.max_batch > 4096) {
     fail("engine", "max_batch", "expected 1..4096, found {}", params.max_batch);
   }
+  // The non-expert weights into 2 MiB pages, now that the command checked its memory budget
+  // against the model (once per model, whatever the number of engines over it).
+  model.prepare_for_compute();
   context_ = resolve_context(cfg_, params.context);
   if (context_ < 1 || context_ > (1 << 22)) {
     fail("engine", "context", "expected 1..4194304 positions, found {}", context_);

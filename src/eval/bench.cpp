@@ -252,7 +252,14 @@ nlohmann::json bench_json(std::span<const BenchResult> results, const nlohmann::
           // Verification blocks route through the block selector, which the link's clock does
           // not time as policy (host) time.
           {"host_ms_per_token", r.tau > 0 ? nlohmann::json(nullptr) : timed(r.host_ms)},
-          {"compute_ms_per_token", timed({{"attention", r.attention_ms}, {"moe", r.moe_ms}})},
+          // attention and moe: the MoE layers' A(l) and M(l); rest: the token's other time (the
+          // head, dense layers, embedding; drafting under --draft), so that stall + host +
+          // attention + moe + rest = the mean (the simulator's compute includes the head too).
+          {"compute_ms_per_token",
+           timed({{"attention", r.attention_ms},
+                  {"moe", r.moe_ms},
+                  {"rest", std::max(0.0, r.mean_ms - r.stall_ms - r.host_ms - r.attention_ms -
+                                             r.moe_ms)}})},
           {"link_gb_per_s", timed(r.link_gb_per_s)},
           {"link_busy_gb_per_s", timed(r.link_busy_gb_per_s)}};
       if (r.sim_mean_ms > 0) j["sim_ms_per_token"] = r.sim_mean_ms;

@@ -253,8 +253,16 @@ std::unique_ptr<Model> Model::load(const std::filesystem::path& path) {
   // is refused now (a later shrink is caught by the SIGBUS guard, common/mapped_ranges.hpp).
   for (const GgufFile& f : m->gguf_files_) f.check_unchanged();
   if (m->checkpoint_) m->checkpoint_->check_unchanged();
-  m->promote_non_expert_weights();
   return m;
+}
+
+void Model::prepare_for_compute() const {
+  std::call_once(*promoted_, [this] {
+    const_cast<Model*>(this)->promote_non_expert_weights();
+    // Copied from the mapping only now: a file rewritten since it was bound is refused.
+    for (const GgufFile& f : gguf_files_) f.check_unchanged();
+    if (checkpoint_) checkpoint_->check_unchanged();
+  });
 }
 
 void Model::promote_non_expert_weights() {

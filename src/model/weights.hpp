@@ -12,6 +12,7 @@
 #include <cstddef>
 #include <filesystem>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -96,8 +97,14 @@ struct LayerWeights {
 class Model {
  public:
   // Loads a .gguf file or an HF folder. Throws steermoe::Error naming file, tensor and the
-  // expected dtype/shape on any mismatch.
+  // expected dtype/shape on any mismatch. The weights stay in the file's mapping until
+  // prepare_for_compute(): a memory budget is checked against the model before any of them is
+  // copied into memory.
   static std::unique_ptr<Model> load(const std::filesystem::path& path);
+  // Moves everything but the routed experts' bytes into 2 MiB pages at the same addresses (decode
+  // streams them every token; MappedFile::promote_to_huge_pages), once; the Engine calls it.
+  // Thread-safe and idempotent; the weights' addresses and values do not change.
+  void prepare_for_compute() const;
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -142,6 +149,7 @@ class Model {
   WeightVector final_norm_;
   std::vector<LayerWeights> layers_;
   std::vector<std::vector<std::byte>> owned_;  // rearranged / converted tensors
+  std::unique_ptr<std::once_flag> promoted_ = std::make_unique<std::once_flag>();
 };
 
 // Bytes of a matrix: kernels::stored_bytes (elements in the stored type, plus FP8 scales). The

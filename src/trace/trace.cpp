@@ -350,6 +350,11 @@ void TraceWriter::append_step(int32_t token, std::span<const float> scores,
              i / static_cast<size_t>(meta_.experts), i % static_cast<size_t>(meta_.experts));
     }
   }
+  // Trace::open refuses a token past meta.json's vocabulary: refused here as well.
+  if (meta_.vocab > 0 && token >= meta_.vocab)
+    fail(staged_.final_path().string(), "tokens",
+         "expected a token id below meta.json's vocab of {}, found {} at step {}", meta_.vocab,
+         token, steps_);
   if (sequence_starts_.empty()) sequence_starts_.push_back(0);
   tokens_.append(std::span<const int32_t>(&token, 1));
   scores_.append(scores);

@@ -445,6 +445,34 @@ TEST(CliOutput, ReportPathsAreCheckedFirstAndDashIsStdout) {
   }
 }
 
+// Every command that takes the engine options honours --mem-limit as run does: a budget the
+// model does not fit in is refused naming its parts, before any weight is copied into memory
+// (it had been ignored by trace, perplexity and logits); kl, which computes with every expert
+// resident whatever the link, refuses the option.
+TEST(CliBudget, EveryEngineCommandHonoursTheMemoryLimit) {
+  const std::string text =
+      (fs::path(STEERMOE_SOURCE_DIR) / "data" / "text-small" / "eval.txt").string();
+  const fs::path out = fs::temp_directory_path() / "steermoe_cli_budget";
+  fs::remove_all(out);
+  const std::string m = "-m " + kSmall.string() + " --mem-limit 200M ";
+  for (const std::string& args :
+       {"trace " + m + "-f " + text + " --max-tokens 16 -o " + out.string(),
+        "perplexity " + m + "-f " + text + " --max-windows 1",
+        "logits " + m + "--tokens 1,2,3 -o " + (out.string() + ".bin")}) {
+    const auto r = run_cli(args);
+    if (r.output.find("expected to create a memory cgroup") != std::string::npos)
+      GTEST_SKIP() << "no writable memory cgroup here: " << r.output;
+    EXPECT_EQ(r.status, 1) << args << ": " << r.output;
+    EXPECT_NE(r.output.find("--mem-limit: budget: expected 200.0 MiB to hold"), std::string::npos)
+        << args << ": " << r.output;
+  }
+  EXPECT_FALSE(fs::exists(out));
+  const auto kl = run_cli("kl " + m + "-f " + text + " --policy exact:evict=lru");
+  EXPECT_EQ(kl.status, 1) << kl.output;
+  EXPECT_NE(kl.output.find("kl: --mem-limit: expected no memory budget"), std::string::npos)
+      << kl.output;
+}
+
 TEST(CliOutput, EveryOutputPathReportsAFailedWrite) {
   const std::string dev = full_device().string();
   const fs::path text = fs::path(STEERMOE_SOURCE_DIR) / "data" / "text" / "heldout.txt";

@@ -132,7 +132,15 @@ TEST(BenchCli, UnmeasuredFiguresAreNullAndThePrefetchSplitAddsUp) {
       EXPECT_NEAR(
           p.at("in_time").get<double>() + p.at("late").get<double>() + p.at("unused").get<double>(),
           p.at("emitted").get<double>(), 1e-9);
-      EXPECT_GT(round.at("compute_ms_per_token").at("moe").get<double>(), 0);
+      const json& compute = round.at("compute_ms_per_token");
+      EXPECT_GT(compute.at("moe").get<double>(), 0);
+      // The parts of a token add up to its mean (the rest: head, dense layers, embedding).
+      EXPECT_NEAR(round.at("stall_ms_per_token").at("total").get<double>() +
+                      round.at("host_ms_per_token").get<double>() +
+                      compute.at("attention").get<double>() + compute.at("moe").get<double>() +
+                      compute.at("rest").get<double>(),
+                  round.at("ms_per_token").at("mean").get<double>(), 1e-9);
+      EXPECT_GT(compute.at("rest").get<double>(), 0);
     }
   }
   // The table says what it did not time: "-", not 0.

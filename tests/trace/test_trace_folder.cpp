@@ -1,6 +1,9 @@
 // Trace folders: writer/reader round trip, numpy-written traces, and the validation messages.
 #include <cmath>
+#include <fstream>
+#include <iterator>
 #include <limits>
+#include <string>
 
 #include "../json_test_util.hpp"
 #include "common/error.hpp"
@@ -82,6 +85,22 @@ TEST(TraceFolder, WriterAndReaderRoundTrip) {
   EXPECT_EQ(back.extra.at("note"), "kept");
   EXPECT_EQ(back.router_spec().experts, 3);
   EXPECT_EQ(back.router_spec().mode, policy::ScoreMode::kSoftmax);
+}
+
+// A token past meta.json's vocabulary is refused where it is appended (Trace::open would refuse
+// the trace), naming the step; nothing is left under the trace's name.
+TEST(TraceFolder, WriterRefusesATokenPastTheVocabulary) {
+  ScratchDir dir;
+  TraceMeta meta = small_meta();
+  meta.vocab = 10;
+  const std::vector<float> row(6, 0.5f);
+  {
+    TraceWriter writer(dir / "t", meta, false);
+    writer.append_step(9, row, row, {});
+    EXPECT_ERROR_MENTIONS(writer.append_step(10, row, row, {}), "tokens", "vocab of 10",
+                          "found 10 at step 1");
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "t"));
 }
 
 TEST(TraceFolder, RewritingWithoutWeightsRemovesTheStaleFile) {
@@ -191,9 +210,11 @@ TEST(TraceFolder, RejectsBadTokensAndSequences) {
 
 TEST(TraceFolder, RejectsTokensOutsideTheDeclaredVocab) {
   ScratchDir dir;
-  TraceMeta meta = small_meta();
-  meta.vocab = 10;  // tokens are 7..11
-  write_small_trace(dir.path(), false, meta);
+  write_small_trace(dir.path(), false);  // tokens 7..11 (the writer refuses them under vocab 10)
+  std::ifstream in(dir / "meta.json");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  text.replace(text.find('{'), 1, "{\"vocab\": 10, ");
+  write_text(dir / "meta.json", text);
   EXPECT_ERROR_MENTIONS(Trace::open(dir.path()), "tokens.npy", "token 3", "[0, 10)", "found 10");
 }
 
