@@ -15,6 +15,7 @@
 
 #include "common/error.hpp"
 #include "common/json_input.hpp"
+#include "common/memory_limit.hpp"
 #include "policy/calibration.hpp"
 #include "policy/config.hpp"
 #include "policy/router.hpp"
@@ -337,6 +338,19 @@ PYBIND11_MODULE(_core, m) {
                    "n_group >= 1 dividing experts and 1 <= topk_group <= n_group; found experts "
                    "{}, top_k {}, layers {}, n_group {}, topk_group {}",
                    experts, top_k, layers, n_group, topk_group));
+             // Everything sized by the spec (calibrations, steps) is layers x experts: checked
+             // against this machine's memory here, not left to the OOM killer.
+             if (experts > 65535)
+               throw Error(
+                   fmt::format("RouterSpec: experts: expected at most 65535 (expert ids are u16 in "
+                               "calibration files), found {}",
+                               experts));
+             check_allocation("RouterSpec", "layers x experts",
+                              saturating_mul(saturating_mul(static_cast<uint64_t>(layers),
+                                                            static_cast<uint64_t>(experts)),
+                                             64),
+                              fmt::format("{} layers x {} experts", layers, experts),
+                              "expected a model-sized spec");
              policy::RouterSpec s;
              s.experts = experts;
              s.top_k = top_k;

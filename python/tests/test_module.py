@@ -175,7 +175,12 @@ def main():
                          (lambda: router.route_layer(0, one, np.full((1, 64), np.inf, np.float32)),
                           "finite"),
                          (lambda: steermoe.RouterSpec(experts=-4, top_k=2, layers=2), "experts"),
-                         (lambda: steermoe.RouterSpec(experts=8, top_k=9, layers=2), "top_k")]:
+                         (lambda: steermoe.RouterSpec(experts=8, top_k=9, layers=2), "top_k"),
+                         # Sized from input: refused before anything that big is allocated.
+                         (lambda: steermoe.RouterSpec(experts=65535, top_k=8, layers=1 << 30),
+                          "layers x experts"),
+                         (lambda: steermoe.RouterSpec(experts=1 << 20, top_k=8, layers=2),
+                          "65535")]:
         try:
             call()
             check(False, f"no error ({needle})")

@@ -91,7 +91,13 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
 
 std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o) {
   if (o.mem_limit.empty()) return std::nullopt;
-  return MemoryBudget::enter(parse_byte_count(o.mem_limit, "--mem-limit"));
+  const uint64_t limit = parse_byte_count(o.mem_limit, "--mem-limit");
+  if (limit > allocation_cap_bytes())
+    std::fprintf(stderr,
+                 "steermoe: warning: --mem-limit %s is more than this machine's %s of memory: it "
+                 "bounds nothing here\n",
+                 bytes_text(limit).c_str(), bytes_text(allocation_cap_bytes()).c_str());
+  return MemoryBudget::enter(limit);
 }
 
 void warn_past_trained_context(const model::ModelConfig& config, int context, const char* option) {

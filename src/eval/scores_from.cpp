@@ -25,9 +25,14 @@ std::vector<std::vector<int32_t>> TraceScores::windows(int count, int len) {
       starts_.push_back(b);
     }
   }
-  if (out.empty())
+  if (out.empty()) {
+    int64_t longest = 0;
+    for (size_t s = 0; s + 1 < seq.size(); ++s) longest = std::max(longest, seq[s + 1] - seq[s]);
     fail(trace_.dir().string(), "steps",
-         "expected a sequence of at least {} steps for one window, found none", len);
+         "expected a sequence of at least {} steps for one window (--window-len), found none: "
+         "the longest has {}",
+         len, longest);
+  }
   return out;
 }
 

@@ -230,6 +230,11 @@ LoopClass classify_loop(const TraceMeta& meta, const policy::PolicyConfig& confi
 ReplaySummary replay_trace(const Trace& trace, const policy::Calibration& calibration,
                            const ReplayOptions& options) {
   const TraceMeta& meta = trace.meta();
+  // As sim and calibrate: a trace without steps has nothing to replay (its figures would be
+  // zeros, its loop "closed").
+  if (trace.steps() == 0)
+    fail(trace.dir().string(), "steps",
+         "expected a trace with at least one routed step, found none");
   const policy::RouterSpec spec = meta.router_spec();
   const std::string& calib_name = options.calibration_source;
   policy::check_calibration_shape(calibration, spec, calib_name, "layers/experts/top_k",

@@ -467,6 +467,9 @@ TEST(CliBudget, EveryEngineCommandHonoursTheMemoryLimit) {
         << args << ": " << r.output;
   }
   EXPECT_FALSE(fs::exists(out));
+  // A budget above the machine's memory bounds nothing: said.
+  const auto huge = run_cli("run -m " + kSmall.string() + " -p hi -n 1 --mem-limit 100T");
+  EXPECT_NE(huge.output.find("is more than this machine's"), std::string::npos) << huge.output;
   const auto kl = run_cli("kl " + m + "-f " + text + " --policy exact:evict=lru");
   EXPECT_EQ(kl.status, 1) << kl.output;
   EXPECT_NE(kl.output.find("kl: --mem-limit: expected no memory budget"), std::string::npos)

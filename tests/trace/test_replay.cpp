@@ -170,6 +170,31 @@ TEST(Replay, ExactRoutingSelectsTheRoutersTopK) {
   EXPECT_EQ(replay_with_lines(trace, calib, "exact:evict=a", 16).text, r.text);
 }
 
+// A trace without steps has nothing to replay: refused (as sim and calibrate refuse it), not a
+// row of zeros called closed.
+TEST(Replay, ATraceWithoutStepsIsRefused) {
+  ScratchDir dir;
+  SynthParams p;
+  p.tokens = 8;
+  p.sequences = 1;
+  p.vocab = 64;
+  synthesize_trace(p, dir / "t");
+  const TraceMeta meta = Trace::open(dir / "t").meta();
+  {
+    TraceWriter empty(dir / "empty", meta, false);
+    empty.close();
+  }
+  const Trace trace = Trace::open(dir / "empty");
+  ASSERT_EQ(trace.steps(), 0);
+  try {
+    replay_trace(trace, read_calibration(kShippedCalib),
+                 {.policy = "exact:evict=lru", .cache_slots = 32});
+    FAIL() << "replayed a trace without steps";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("steps: expected a trace with at least one"));
+  }
+}
+
 TEST(Replay, LoopIsClosedOnlyForTheRecordedPolicyAndCache) {
   ScratchDir dir;
   SynthParams p;
