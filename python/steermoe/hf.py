@@ -7,12 +7,17 @@
                                    calibration="models/steer-olmoe-tiny/calib.smcal") as h:
         logits = model(input_ids).logits      # every row routed by its own logical cache
 
-Supported: OlmoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (transformers >= 4.57 /
-5.x, whose MoE blocks call `self.gate(hidden_states) -> (router_logits, top_k_weights,
-top_k_index)`). Only the gate's top-k selection is replaced: the harness computes the router
-logits exactly as the gate does (float32 F.linear), gives them to steermoe's Step (the engine's
-C++ routing step, schedule::OffloadStep) and returns the policy's selected experts and execution
-weights; attention, experts and everything else are transformers' own.
+Supported: OlmoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV3ForCausalLM (transformers 5.x,
+checked with 5.24, whose MoE blocks call `self.gate(hidden_states) -> (router_logits,
+top_k_weights, top_k_index)`). Only the gate's top-k selection is replaced: the harness computes
+the router logits in float32 (F.linear on float32 copies, the engine's arithmetic), gives them to
+steermoe's Step (the engine's C++ routing step, schedule::OffloadStep) and returns the policy's
+selected experts and execution weights; attention, experts and everything else are transformers'
+own. In a bf16 or f16 model the unpatched gate computes its logits in that dtype, so exact routing
+under the harness can pick another expert than the unpatched model where two scores tie within
+its rounding (load the model in float32 to compare with it). Not supported: beam search
+(generate(num_beams > 1) reorders the KV cache between steps and each row's Step would not
+follow it), and two harnesses on one model at once (refused).
 
 Order: transformers owns the layer loop (each MoE block runs for every position before the next),
 so each gate call is one layer of the step's layer-major schedule, Step.route_layer(m, tokens, z,
@@ -33,6 +38,13 @@ from . import RouterSpec, Step, load_calibration, uninformed_calibration
 _FAMILIES = {"olmoe": "softmax", "qwen3_moe": "softmax", "deepseek_v3": "sigmoid"}
 
 
+def _check_family(config):
+    mt = getattr(config, "model_type", None)
+    if mt not in _FAMILIES:
+        raise ValueError(f"config.model_type: expected one of {sorted(_FAMILIES)}, found {mt!r}")
+    return mt
+
+
 def _moe_blocks(model):
     layers = model.model.layers
     blocks = []
@@ -47,9 +59,7 @@ def _moe_blocks(model):
 
 
 def router_spec(config, moe_layers):
-    mt = config.model_type
-    if mt not in _FAMILIES:
-        raise ValueError(f"config.model_type: expected one of {sorted(_FAMILIES)}, found {mt!r}")
+    mt = _check_family(config)
     experts = getattr(config, "num_experts", None) or getattr(config, "n_routed_experts", None) \
         or getattr(config, "num_local_experts")
     deepseek = mt == "deepseek_v3"
@@ -71,7 +81,12 @@ class PolicyHarness:
 
     def __init__(self, model, policy, cache_slots=0, calibration=None, record=False):
         self.model = model
+        _check_family(model.config)  # before looking for blocks a wrapper may not have
         self.blocks = _moe_blocks(model)
+        for block in self.blocks:
+            if getattr(block.gate, "_steermoe_harness", False):
+                raise ValueError("PolicyHarness: one is already installed on this model: remove() "
+                                 "it first (their hooks would stack)")
         self.spec = router_spec(model.config, len(self.blocks))
         if calibration is None:
             self.calibration = uninformed_calibration(self.spec)
@@ -104,12 +119,14 @@ class PolicyHarness:
             gate = block.gate
             self._saved.append((gate, gate.forward))
             gate.forward = self._gate_forward(m, gate, gate.forward)
+            gate._steermoe_harness = True
 
     def remove(self):
         for h in self._handles:
             h.remove()
         for gate, fwd in self._saved:
             gate.forward = fwd
+            gate._steermoe_harness = False
         self._handles, self._saved = [], []
 
     def __enter__(self):

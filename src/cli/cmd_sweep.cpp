@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -29,7 +30,10 @@
 #include "common/json_input.hpp"
 #include "common/output_file.hpp"
 #include "common/progress.hpp"
+#include "engine/model_facts.hpp"
 #include "eval/grid.hpp"
+#include "model/weights.hpp"
+#include "policy/config.hpp"
 
 namespace steermoe::cli {
 
@@ -113,8 +117,30 @@ void run_sweep(const SweepCli& o) {
   if (o.caches.empty() == o.residencies.empty())
     fail("sweep", "--cache/--residency", "expected exactly one of --cache and --residency");
   std::vector<std::string> policies;
+  std::vector<std::string> canonical;  // one point per policy, however the grids spell it
   for (const std::string& g : o.grids)
-    for (std::string& p : eval::expand_grid(g)) policies.push_back(std::move(p));
+    for (std::string& p : eval::expand_grid(g)) {
+      const std::string c = policy::parse_policy(p).to_string();
+      if (std::find(canonical.begin(), canonical.end(), c) != canonical.end()) {
+        std::fprintf(stderr, "sweep: note: %s is %s again: computed once\n", p.c_str(), c.c_str());
+        continue;
+      }
+      canonical.push_back(c);
+      policies.push_back(std::move(p));
+    }
+  {
+    // Every point checked against the model before the first is computed (a bad --cache failed
+    // only when its first point ran). Loading maps the file; nothing is copied into memory.
+    const auto model = model::Model::load(o.model);
+    const policy::RouterSpec spec = engine::router_spec(model->config());
+    for (const int c : o.caches) {
+      if (spec.layers > 0 && (c < spec.top_k || c > spec.experts))
+        fail("sweep", "--cache",
+             "expected cache sizes in [{}, {}] (top-k .. experts of {}), found {}", spec.top_k,
+             spec.experts, o.model, c);
+      for (const std::string& p : policies) policy::validate(policy::parse_policy(p), spec, c);
+    }
+  }
   std::vector<std::pair<std::string, std::string>> cache_args;  // (option, value)
   for (int c : o.caches) cache_args.emplace_back("--cache", std::to_string(c));
   for (double r : o.residencies) cache_args.emplace_back("--residency", fmt::format("{}", r));
@@ -241,8 +267,12 @@ void run_sweep(const SweepCli& o) {
     for (const json& c : point.at("configurations"))
       if (c.value("resident", false)) bench_configs.push_back(c);
   }
-  if (!o.no_kl)
-    write_json(dir / "kl.json", {{"schema", "steermoe.kl/1"}, {"configurations", kl_configs}});
+  if (!o.no_kl) {
+    json k = options;  // what the points measured (plot.py frontier names it)
+    k["schema"] = "steermoe.kl/1";
+    k["configurations"] = kl_configs;
+    write_json(dir / "kl.json", k);
+  }
   if (!o.no_bench) {
     json b = options;
     b["prefetch_pacing"] = o.pacing;
@@ -250,6 +280,7 @@ void run_sweep(const SweepCli& o) {
     b["moe_wait"] = o.moe_wait;
     b["schema"] = "steermoe.bench/1";
     b["note"] = "each point timed by its own `steermoe bench` run (not interleaved across points)";
+    b["interleaved"] = false;  // compare --latency refuses to pair its rounds
     b["configurations"] = bench_configs;
     write_json(dir / "bench.json", b);
   }

@@ -46,7 +46,16 @@ double score_value(const json& v, const std::string& where, const std::string& f
 json parse_line(const std::string& line, const std::string& where) {
   check_json_depth(line, where);  // before anything can recurse over a hostile nesting
   json j = parse_json_or_discarded(line);
-  if (j.is_discarded() || !j.is_object()) fail(where, "line", "expected a JSON object");
+  if (j.is_discarded() || !j.is_object()) {
+    // Python's json.dumps writes NaN / Infinity, which JSON does not have: name them.
+    for (const char* word : {"NaN", "Infinity", "1e999"})
+      if (j.is_discarded() && line.find(word) != std::string::npos)
+        fail(where, "line",
+             "expected a JSON object of finite numbers, found {} (not JSON: Python's json.dumps "
+             "writes it for a non-finite float; score the item or drop it)",
+             word);
+    fail(where, "line", "expected a JSON object");
+  }
   return j;
 }
 
@@ -359,6 +368,16 @@ std::vector<RatioRow> compare_latency(const json& bench, const std::string& path
   if (!bench.is_object() || !bench.contains("configurations") ||
       !bench["configurations"].is_array() || bench["configurations"].empty())
     fail(path, "configurations", "expected a non-empty list (bench --json, steermoe.bench/1)");
+  // Pairing round r of one configuration with round r of another is sound only where the rounds
+  // alternated in one run (drift hits both alike). A sweep times each point in its own run.
+  const bool sweep_note =
+      bench.contains("note") && bench["note"].is_string() &&
+      bench["note"].get<std::string>().find("not interleaved") != std::string::npos;
+  if ((bench.contains("interleaved") && bench["interleaved"] == false) || sweep_note)
+    fail(path, "interleaved",
+         "expected configurations timed in one bench run, their rounds alternating: these were "
+         "timed in separate runs (steermoe sweep), so round r of one does not pair with round r "
+         "of another; run one `steermoe bench --policy A B ...` to compare them");
   struct Config {
     std::string name;
     std::map<int64_t, double> ms;  // round -> mean ms/token

@@ -1,7 +1,9 @@
 #include "schedule/offload_config.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <cstdio>
 
 #include "common/error.hpp"
 
@@ -19,7 +21,15 @@ int resolve_cache(const OffloadRequest& r, const policy::RouterSpec& spec) {
   if (r.cache > 0) return r.cache;
   if (r.residency > 0) {
     const int c = static_cast<int>(std::lround(r.residency * spec.experts));
-    return std::clamp(c, spec.top_k, spec.experts);
+    const int clamped = std::clamp(c, spec.top_k, spec.experts);
+    // Said once per process (a bench or sweep resolves it per configuration).
+    static std::atomic<bool> said{false};
+    if (clamped != c && !said.exchange(true))
+      std::fprintf(stderr,
+                   "steermoe: note: --residency %g is %d of %d experts per layer; the cache holds "
+                   "at least the top-k: %d\n",
+                   r.residency, c, spec.experts, clamped);
+    return clamped;
   }
   return spec.experts;
 }

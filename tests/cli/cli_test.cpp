@@ -119,6 +119,13 @@ TEST(CliRun, DraftAtTemperatureZeroGivesTheGreedyText) {
       run_cli("run -m " + kSmall.string() + " -p x -n 4 --top-k 5 --draft " + drafter);
   EXPECT_EQ(refused.status, 1) << refused.output;
   EXPECT_NE(refused.output.find("--top-k"), std::string::npos) << refused.output;
+  // A residency below the top-k is raised to it, and said.
+  const auto low = run_cli("run -m " + kSmall.string() + " -p x -n 2 --residency 0.1");
+  EXPECT_EQ(low.status, 0) << low.output;
+  EXPECT_NE(low.output.find("--residency 0.1 is 6 of 64 experts per layer; the cache holds at "
+                            "least the top-k: 8"),
+            std::string::npos)
+      << low.output;
   // Verification options that would change nothing are said, not silently ignored.
   const auto alone = run_cli("run -m " + kSmall.string() + " -p x -n 2 --spec-select block");
   EXPECT_EQ(alone.status, 0) << alone.output;

@@ -165,6 +165,16 @@ TEST(Compare, BadScoreLinesNameFileLineAndField) {
   EXPECT_THROW(read_scores_jsonl(p.string()), Error);
   std::ofstream(p) << "not json\n";
   EXPECT_THROW(read_scores_jsonl(p.string()), Error);
+  // Python's json.dumps writes NaN for a non-finite float: named, not "expected a JSON object".
+  std::ofstream(p) << R"({"task": "t", "id": 1, "score": NaN})"
+                   << "\n";
+  try {
+    read_scores_jsonl(p.string());
+    ADD_FAILURE() << "read a NaN score";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("bad.jsonl:1: line: expected a JSON object of "
+                                               "finite numbers, found NaN"));
+  }
 }
 
 TEST(Compare, LatencyRatiosFromBenchJsonMatchScipy) {
@@ -198,6 +208,28 @@ TEST(Compare, LatencyRoundsMustPair) {
   EXPECT_THROW(compare_latency(bench, "x.json", ""), Error);
   bench["configurations"][1]["rounds"][0]["ms_per_token"]["mean"] = -1;
   EXPECT_THROW(compare_latency(bench, "x.json", ""), Error);
+}
+
+// A sweep's bench.json times each point in its own run: its rounds do not pair, and compare
+// refuses them (it printed paired intervals and p-values), by the flag or by the older note.
+TEST(Compare, LatencyRefusesRoundsTimedInSeparateRuns) {
+  std::ifstream in(kData / "bench_fixture.json");
+  const json fixture = steermoe::test_support::parse_json_stream(in);
+  EXPECT_NO_THROW(compare_latency(fixture, "x.json", ""));
+  json bench = fixture;
+  bench["interleaved"] = false;
+  try {
+    compare_latency(bench, "sweep/bench.json", "");
+    ADD_FAILURE() << "paired a sweep's rounds";
+  } catch (const Error& e) {
+    EXPECT_THAT(std::string(e.what()),
+                ::testing::HasSubstr("sweep/bench.json: interleaved: expected configurations "
+                                     "timed in one bench run"));
+  }
+  json noted = fixture;
+  noted["note"] =
+      "each point timed by its own `steermoe bench` run (not interleaved across points)";
+  EXPECT_THROW(compare_latency(noted, "x.json", ""), Error);
 }
 
 // Another report (kl --json) is named by its schema, not by a field bench's schema has.

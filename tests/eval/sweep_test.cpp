@@ -23,6 +23,30 @@ json read(const fs::path& p) {
   return steermoe::test_support::parse_json_stream(in);
 }
 
+// Every point is checked against the model before the first runs: a cache size outside
+// [top-k, experts] is refused up front (it failed when its first point ran, after the others),
+// and one policy spelled twice in the grids is computed once.
+TEST(Sweep, ChecksEveryPointFirstAndComputesAPolicyOnce) {
+  const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_checks";
+  fs::remove_all(dir);
+  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
+  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string base = "sweep -m " + model + " -f " + text +
+                           " --rounds 1 --windows 1 --window-len 16 --max-windows 1 --plot none"
+                           " -o " +
+                           dir.string();
+  const auto bad = testing::run_cli(base + " --grid exact:evict=lru --cache 32,100");
+  EXPECT_EQ(bad.status, 1) << bad.output;
+  EXPECT_THAT(bad.output, ::testing::HasSubstr("--cache: expected cache sizes in [8, 64]"));
+  EXPECT_FALSE(fs::exists(dir)) << "nothing computed before the refusal";
+  const auto twice = testing::run_cli(
+      base + " --grid psr:lambda=0.2,n=1 psr:n=1,lambda=0.2 --cache 32 --no-bench");
+  ASSERT_EQ(twice.status, 0) << twice.output;
+  EXPECT_THAT(twice.output, ::testing::HasSubstr("computed once"));
+  EXPECT_EQ(read(dir / "kl.json").at("configurations").size(), 1u);
+  fs::remove_all(dir);
+}
+
 TEST(Sweep, RunsEveryPointMergesAndResumes) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep";
   fs::remove_all(dir);

@@ -66,6 +66,14 @@ def main():
             except AssertionError as e:
                 print(f"FAIL {name}: {e}")
                 failures += 1
+        # The frontier names where each axis came from (the two may be different runs).
+        r = subprocess.run([sys.executable, str(PLOT), "frontier", "--kl", str(DATA / "kl.json"),
+                            "--bench", str(DATA / "bench.json"), "-o",
+                            str(Path(tmp) / "f2.png")], capture_output=True, text=True)
+        if r.returncode != 0 or "plot: frontier: KL: synthetic fixture on fixture.txt" not in \
+                r.stderr or "plot: frontier: latency: " not in r.stderr:
+            print(f"FAIL frontier sources: exit {r.returncode}, {r.stderr!r}")
+            failures += 1
         # A wrong schema is a clear error, not a plot.
         bad = Path(tmp) / "bad.json"
         bad.write_text('{"schema": "other", "configurations": []}')

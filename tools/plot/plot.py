@@ -147,15 +147,29 @@ def pareto(points):
     return sorted(front, key=lambda i: points[i][0])
 
 
+def source(doc):
+    """What a report measured: its model and text (or trace), where it says."""
+    what = doc.get("file") or doc.get("scores_from") or "?"
+    return f"{doc.get('model', '?')} on {what}"
+
+
 def cmd_frontier(args):
     bench = bench_configs(args.bench)
     kl = {}
+    sources = set()
     for path in args.kl:
         doc = load(path)
         if doc.get("schema") != "steermoe.kl/1":
             sys.exit(f"{path}: schema: expected \"steermoe.kl/1\", found {doc.get('schema')!r}")
+        sources.add(f"KL: {source(doc)}")
         for c in doc["configurations"]:
             kl[(policy_key(c["policy"]), c.get("cache", 0))] = c
+    for path in args.bench:
+        sources.add(f"latency: {source(load(path))}")
+    # The two axes may come from different runs (KL of a model on a text, latency of another
+    # shape replaying its routing): said, so that a mix-up is seen rather than drawn silently.
+    for s in sorted(sources):
+        print(f"plot: frontier: {s}", file=sys.stderr)
     fig, ax = plt.subplots(figsize=FIGSIZE)
     pts, names = [], []
     resident = [c for c in bench.values() if c.get("resident")]
