@@ -8,6 +8,15 @@
 
 namespace steermoe::policy {
 
+void validate(const BlockParams& params, const RouterSpec& spec) {
+  const int E = spec.experts, K = spec.top_k;
+  if (params.pool < K || params.pool > E)
+    fail("--pool", "value", "expected {} <= P <= {} (top-k .. experts), found {}", K, E,
+         params.pool);
+  if (params.union_slots < K || params.union_slots > E)
+    fail("--union-slots", "value", "expected {} <= U <= {}, found {}", K, E, params.union_slots);
+}
+
 BlockRule parse_block_rule(std::string_view text) {
   if (text == "exact") return BlockRule::kExact;
   if (text == "block") return BlockRule::kBlock;
@@ -34,11 +43,7 @@ BlockSelector::BlockSelector(const RouterSpec& spec, const BlockParams& params,
   if (spec.mode != ScoreMode::kSoftmax)
     fail("--spec-select", "router",
          "expected a softmax router (OLMoE, Qwen3-MoE) for block selection");
-  if (params.pool < K || params.pool > E)
-    fail("--pool", "value", "expected {} <= P <= {} (top-k .. experts), found {}", K, E,
-         params.pool);
-  if (params.union_slots < K || params.union_slots > E)
-    fail("--union-slots", "value", "expected {} <= U <= {}, found {}", K, E, params.union_slots);
+  validate(params, spec);
   if (!(params.gamma > 0)) fail("--spec-select", "gamma", "expected > 0, found {}", params.gamma);
   SM_ASSERT(max_positions >= 1);
   SM_ASSERT(calibration.layers == spec.layers && calibration.experts == E);

@@ -41,6 +41,9 @@ struct BlockParams {
   bool prefetch_next = true;
 };
 
+// Throws naming --pool / --union-slots where P or U lies outside [top-k, experts].
+void validate(const BlockParams& params, const RouterSpec& spec);
+
 // "exact" | "block" | "block:conf" (Error naming --spec-select otherwise), and back.
 BlockRule parse_block_rule(std::string_view text);
 const char* block_rule_name(BlockRule rule);

@@ -135,14 +135,9 @@ OffloadConfig resolve_offload(const OffloadRequest& r, const ModelFacts& model) 
                                   .union_slots = r.union_slots > 0 ? r.union_slots : c.cache_slots,
                                   .gamma = rule == policy::BlockRule::kBlockConf ? 1.05f : 1.0f,
                                   .prefetch_next = r.block_prefetch};
-    // The selector checks these too; here they are refused before any file is read or probed.
+    // The selector's check, here before any file is read or probed.
+    policy::validate(*c.block, spec);
     const int E = spec.experts, K = spec.top_k;
-    if (c.block->pool < K || c.block->pool > E)
-      fail("--pool", "value", "expected {} <= P <= {} (top-k .. experts), found {}", K, E,
-           c.block->pool);
-    if (c.block->union_slots < K || c.block->union_slots > E)
-      fail("--union-slots", "value", "expected {} <= U <= {} (top-k .. experts), found {}", K, E,
-           c.block->union_slots);
     if (r.draft_k < 0) fail("--draft-k", "value", "expected >= 1, found {}", r.draft_k);
     c.draft_k = r.draft_k;
     const int pu = c.block->pool + c.block->union_slots;

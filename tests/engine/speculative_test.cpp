@@ -12,6 +12,7 @@
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../offload_params.hpp"
@@ -244,6 +245,23 @@ TEST_F(SpeculativePair, ExactVerificationSlotsAreSizedForTheDrafts) {
   EXPECT_EQ(request("exact", 9).physical_slots(), 64);  // at most every expert
   EXPECT_EQ(request("block", 4).physical_slots(), 32);
   EXPECT_EQ(request("block:conf", 4).physical_slots(), 36);
+  // P and U outside [top-k, experts] are refused when the options are resolved, named.
+  for (const auto& [pool, union_slots, option] :
+       {std::tuple{100, 16, "--pool"}, std::tuple{16, 3, "--union-slots"}}) {
+    schedule::OffloadRequest r{.policy = "exact:evict=lru",
+                               .cache = 16,
+                               .link = "emulated:50",
+                               .spec_select = "block",
+                               .pool = pool,
+                               .union_slots = union_slots,
+                               .draft_k = 4};
+    try {
+      resolve_offload(*target_, r);
+      ADD_FAILURE() << option << " accepted";
+    } catch (const Error& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(std::string(option) + ": value: expected"));
+    }
+  }
   {
     // The defaults (P = U = C) above half the experts: at most every expert, not 2C (the
     // scheduler refused 96 slots of 64), and an engine runs on them.

@@ -18,6 +18,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 
+const std::string kTinyModel = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
+const std::string kEvalText = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+
 json read(const fs::path& p) {
   std::ifstream in(p);
   return steermoe::test_support::parse_json_stream(in);
@@ -29,8 +32,8 @@ json read(const fs::path& p) {
 TEST(Sweep, ChecksEveryPointFirstAndComputesAPolicyOnce) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_checks";
   fs::remove_all(dir);
-  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
-  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string& model = kTinyModel;
+  const std::string& text = kEvalText;
   const std::string base = "sweep -m " + model + " -f " + text +
                            " --rounds 1 --windows 1 --window-len 16 --max-windows 1 --plot none"
                            " -o " +
@@ -50,8 +53,8 @@ TEST(Sweep, ChecksEveryPointFirstAndComputesAPolicyOnce) {
 TEST(Sweep, RunsEveryPointMergesAndResumes) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep";
   fs::remove_all(dir);
-  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
-  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string& model = kTinyModel;
+  const std::string& text = kEvalText;
   const std::string args = "sweep -m " + model + " -f " + text +
                            " --grid 'psr:lambda=0.2|0.3,n=1' exact:evict=lru --cache 32,16"
                            " --rounds 2 --windows 1 --window-len 24 --max-windows 2 --plot none"
@@ -110,8 +113,8 @@ TEST(Sweep, RunsEveryPointMergesAndResumes) {
 TEST(Sweep, QuietPrintsNoProgress) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_quiet";
   fs::remove_all(dir);
-  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
-  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string& model = kTinyModel;
+  const std::string& text = kEvalText;
   const auto run = testing::run_cli("sweep -q -m " + model + " -f " + text +
                                     " --grid psr:lambda=0.3,n=1 --cache 16 --rounds 1 --windows 1"
                                     " --window-len 16 --max-windows 1 --plot none -o " +
@@ -131,8 +134,8 @@ TEST(Sweep, FindsItsPlotScriptFromAnyFolder) {
   const fs::path cwd = fs::current_path();
   fs::current_path(fs::temp_directory_path());
   ASSERT_FALSE(fs::exists("tools/plot/plot.py"));
-  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
-  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string& model = kTinyModel;
+  const std::string& text = kEvalText;
   const auto run = testing::run_cli("sweep -q -m " + model + " -f " + text +
                                     " --grid psr:lambda=0.3,n=1 --cache 16 --rounds 1 --windows 1"
                                     " --window-len 16 --max-windows 1 --python /nonexistent/python3"
@@ -149,8 +152,8 @@ TEST(Sweep, FindsItsPlotScriptFromAnyFolder) {
 TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
   const fs::path dir = fs::temp_directory_path() / "steermoe_test_sweep_modes";
   fs::remove_all(dir);
-  const std::string model = std::string(STEERMOE_SOURCE_DIR) + "/models/steer-olmoe-tiny";
-  const std::string text = std::string(STEERMOE_SOURCE_DIR) + "/data/text/eval.txt";
+  const std::string& model = kTinyModel;
+  const std::string& text = kEvalText;
   const std::string base = "sweep -m " + model + " -f " + text +
                            " --grid psr:lambda=0.3,n=2 --cache 16 --link emulated:20 --rounds 1"
                            " --windows 1 --window-len 16 --no-kl --plot none -o " +

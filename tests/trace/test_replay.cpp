@@ -170,15 +170,20 @@ TEST(Replay, ExactRoutingSelectsTheRoutersTopK) {
   EXPECT_EQ(replay_with_lines(trace, calib, "exact:evict=a", 16).text, r.text);
 }
 
+// An 8-step synthetic trace of `sequences` sequences (vocabulary 64) written to `dir`.
+void write_tiny_synth(const std::filesystem::path& dir, int sequences) {
+  SynthParams p;
+  p.tokens = 8;
+  p.sequences = sequences;
+  p.vocab = 64;
+  synthesize_trace(p, dir);
+}
+
 // A trace without steps has nothing to replay: refused (as sim and calibrate refuse it), not a
 // row of zeros called closed.
 TEST(Replay, ATraceWithoutStepsIsRefused) {
   ScratchDir dir;
-  SynthParams p;
-  p.tokens = 8;
-  p.sequences = 1;
-  p.vocab = 64;
-  synthesize_trace(p, dir / "t");
+  write_tiny_synth(dir / "t", 1);
   const TraceMeta meta = Trace::open(dir / "t").meta();
   {
     TraceWriter empty(dir / "empty", meta, false);
@@ -197,11 +202,7 @@ TEST(Replay, ATraceWithoutStepsIsRefused) {
 
 TEST(Replay, LoopIsClosedOnlyForTheRecordedPolicyAndCache) {
   ScratchDir dir;
-  SynthParams p;
-  p.tokens = 8;
-  p.sequences = 2;
-  p.vocab = 64;
-  synthesize_trace(p, dir / "t");
+  write_tiny_synth(dir / "t", 2);
   // Re-record the meta with the policy the trace was "recorded" under.
   nlohmann::json meta =
       steermoe::parse_json_or_throw(as_text(testing::read_bytes(dir / "t" / "meta.json")));
