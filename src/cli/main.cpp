@@ -3,12 +3,14 @@
 // Exit status: 0 on success (and for --help / --version), 1 for every user error (a bad file,
 // a bad flag, a CLI parse or range error), 130 when interrupted (Ctrl-C; no partial output
 // file is left under its final name).
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
 #include <new>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "cli/commands.hpp"
 #include "common/error.hpp"
@@ -17,6 +19,44 @@
 #include "kernels/kernels.hpp"
 
 namespace {
+
+// Edit distance (insert, delete, substitute, swap of neighbours) between option names.
+size_t name_distance(std::string_view a, std::string_view b) {
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      d[i][j] = std::min(
+          {d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1])
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+// The command's long options a mistyped one probably meant: within two edits, or the same name
+// with a word more or less (`kl --window` for `--window-len`, `perplexity --window-len` for
+// `--window`). Empty when none is close.
+std::string close_options(const CLI::App& command, const std::string& name) {
+  const std::string_view typed = std::string_view(name).substr(2);
+  std::vector<std::string> close;
+  for (const CLI::Option* option : command.get_options()) {
+    for (const std::string& lname : option->get_lnames()) {
+      const std::string_view known = lname;
+      const bool word_more =
+          known.starts_with(typed) && known.size() > typed.size() && known[typed.size()] == '-';
+      const bool word_less =
+          typed.starts_with(known) && typed.size() > known.size() && typed[known.size()] == '-';
+      if (word_more || word_less || name_distance(typed, known) <= 2) close.push_back("--" + lname);
+    }
+  }
+  if (close.empty() || close.size() > 3) return {};
+  std::string text = "; did you mean ";
+  for (size_t i = 0; i < close.size(); ++i)
+    text += (i == 0 ? "" : i + 1 == close.size() ? " or " : ", ") + close[i];
+  return text + "?";
+}
 
 // CLI11 reports a missing required option (or subcommand) before an unknown one, so `steermoe
 // foo` said "A subcommand is required" and `steermoe run --modle m` "--model is required". On
@@ -31,8 +71,14 @@ std::string not_understood(CLI::App& app, int argc, char** argv) {
     const std::vector<CLI::App*> named =
         app.get_subcommands([&](CLI::App* sub) { return sub->check_name(std::string(first)); });
     command = named.empty() ? nullptr : named.front();
-    if (command == nullptr)
-      return "unknown command '" + std::string(first) + "' (steermoe --help lists them)";
+    if (command == nullptr) {
+      std::string close;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
+        if (name_distance(first, sub->get_name()) <= 2)
+          close += (close.empty() ? "; did you mean " : " or ") + sub->get_name();
+      return "unknown command '" + std::string(first) + "'" + (close.empty() ? "" : close + "?") +
+             " (steermoe --help lists them)";
+    }
     from = 2;
   }
   for (int i = from; i < argc; ++i) {
@@ -42,9 +88,10 @@ std::string not_understood(CLI::App& app, int argc, char** argv) {
     const std::string name(arg.substr(0, arg.find('=')));
     if (command->get_option_no_throw(name) == nullptr)
       return "unknown option '" + name + "'" +
-             (command == &app ? std::string(" (steermoe --help lists the options)")
-                              : " for `steermoe " + command->get_name() + "` (steermoe " +
-                                    command->get_name() + " --help lists them)");
+             (command == &app ? "" : " for `steermoe " + command->get_name() + "`") +
+             close_options(*command, name) + " (" +
+             (command == &app ? std::string("steermoe --help lists the options)")
+                              : "steermoe " + command->get_name() + " --help lists them)");
   }
   return {};
 }

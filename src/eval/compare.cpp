@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -66,6 +67,9 @@ std::string fmt_num(double v, int digits) {
 
 std::string fmt_p(double p) {
   if (std::isnan(p)) return "-";
+  // A p-value that underflowed is below the smallest double, not zero: "0.0e+00" read as
+  // certainty.
+  if (p < std::numeric_limits<double>::min()) return "< 2.2e-308";
   if (p < 1e-4) return fmt::format("{:.1e}", p);
   return fmt::format("{:.4f}", p);
 }

@@ -246,6 +246,19 @@ TEST(Compare, LatencyNamesAWrongSchema) {
   }
 }
 
+TEST(Compare, UnderflowedPValueIsNotPrintedAsZero) {
+  TaskRow row;
+  row.task = "t";
+  row.n = 5000;
+  row.test = "sign-flip";
+  row.p = 0.0;  // what a normal tail past ~38 sigma gives in double
+  row.p_holm = 3e-9;
+  const std::string md = tasks_markdown({row}, TaskSummary{}, "a", "b", CompareOptions{});
+  EXPECT_THAT(md, ::testing::HasSubstr("< 2.2e-308"));
+  EXPECT_THAT(md, ::testing::HasSubstr("3.0e-09"));
+  EXPECT_THAT(md, ::testing::Not(::testing::HasSubstr("0.0e+00")));
+}
+
 TEST(Compare, CliWritesMarkdownAndJson) {
   const fs::path out = temp("compare.json");
   const auto r = testing::run_cli("compare --scores " + (kData / "scores_a.jsonl").string() + " " +
