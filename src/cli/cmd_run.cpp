@@ -15,6 +15,7 @@
 #include "common/error.hpp"
 #include "common/output_file.hpp"
 #include "engine/engine.hpp"
+#include "engine/model_facts.hpp"
 #include "engine/sampler.hpp"
 #include "engine/speculative.hpp"
 #include "tokenizer/tokenizer.hpp"
@@ -173,12 +174,18 @@ void add_run_command(CLI::App& root) {
     schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
     apply_speculative(o->spec, request);
     const schedule::OffloadConfig offload = resolve_policy(request, o->engine.policy, *model);
-    check_fits(budget, *model, offload, o->context);
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);
     const std::vector<int32_t> prompt =
         tok.encode(o->prompt, {.parse_special = true, .add_special = true});
     if (prompt.empty())
       fail(o->model, "prompt", "expected at least one token, the prompt encodes to none");
+    // The KV cache's pages are touched position by position: the budget holds the positions
+    // this text reaches (a verification writes k + 1 past the committed ones), not all of -c.
+    const int64_t reached = static_cast<int64_t>(prompt.size()) + o->n_predict +
+                            (o->spec.draft.empty() ? 0 : o->spec.draft_k + 1);
+    check_fits(budget, *model, offload,
+               static_cast<int>(std::min<int64_t>(
+                   reached, engine::resolve_context(model->config(), o->context))));
     warn_past_trained_context(model->config(), o->context);
     engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, o->context));
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {

@@ -63,7 +63,16 @@ void check_memory_budget(const MemoryPlan& p, const schedule::OffloadConfig& off
   if (p.total() <= budget) return;
   const std::string parts = describe(p, offload.cache_slots);
   const uint64_t fixed = p.total() - p.slot_bytes;
+  // The KV cache is what -c sizes: named when it is a large part of what did not fit.
+  const std::string kv_hint =
+      p.kv_bytes >= p.total() / 4
+          ? fmt::format(" (the KV cache of {} is a large part: lower -c)", bytes_text(p.kv_bytes))
+          : std::string();
   if (p.slot_bytes_per_c == 0) {
+    if (p.total() - p.in_place_bytes > budget)
+      fail("--mem-limit", "budget",
+           "expected {} to hold {}; even without the experts the rest needs {}{}",
+           bytes_text(budget), parts, bytes_text(p.total() - p.in_place_bytes), kv_hint);
     fail("--mem-limit", "budget",
          "expected {} to hold {}; with experts read in place it cannot: use --link disk (experts "
          "streamed into {} slots) or a larger budget",
@@ -73,8 +82,8 @@ void check_memory_budget(const MemoryPlan& p, const schedule::OffloadConfig& off
   const auto c_max = static_cast<int64_t>(room / p.slot_bytes_per_c);
   if (c_max >= top_k) {
     fail("--mem-limit", "budget",
-         "expected {} to hold {}; it holds at most --cache {} ({} of {} experts per layer)",
-         bytes_text(budget), parts, std::min<int64_t>(c_max, experts), c_max, experts);
+         "expected {} to hold {}; it holds at most --cache {} ({} of {} experts per layer){}",
+         bytes_text(budget), parts, std::min<int64_t>(c_max, experts), c_max, experts, kv_hint);
   }
   fail("--mem-limit", "budget",
        "expected {} to hold {}; not even --cache {} (top-k) fits: the non-expert weights, the KV "

@@ -480,6 +480,12 @@ TEST(CliBudget, EveryEngineCommandHonoursTheMemoryLimit) {
         << args << ": " << r.output;
   }
   EXPECT_FALSE(fs::exists(out));
+  // run's budget holds the KV positions its text reaches, not all of -c (the cache's pages are
+  // touched position by position): 200000 positions of KV (1.5 GiB) under 600 MiB, 6 reached.
+  const auto long_c =
+      run_cli("run -m " + kSmall.string() + " -p hi -n 4 --temp 0 -c 200000 --mem-limit 600M");
+  EXPECT_EQ(long_c.status, 0) << long_c.output;
+  EXPECT_NE(long_c.output.find("cgroup peak"), std::string::npos) << long_c.output;
   // A budget above the machine's memory bounds nothing: said.
   const auto huge = run_cli("run -m " + kSmall.string() + " -p hi -n 1 --mem-limit 100T");
   EXPECT_NE(huge.output.find("is more than this machine's"), std::string::npos) << huge.output;

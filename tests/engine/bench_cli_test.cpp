@@ -570,6 +570,17 @@ TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {
   const MemoryPlan all = plan_memory(*m, resident, 256);
   EXPECT_EQ(all.in_place_bytes, all.expert_bytes);
   EXPECT_THROW(check_memory_budget(all, resident, all.total() - 1, 8, 64), Error);
+  // A context whose KV cache alone overflows the budget names -c, not the link (it had said
+  // "use --link disk", which could not help).
+  const MemoryPlan long_context = plan_memory(*m, resident, 1 << 20);
+  try {
+    check_memory_budget(long_context, resident, long_context.kv_bytes / 2, 8, 64);
+    FAIL() << "accepted a budget below the KV cache";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("even without the experts"));
+    EXPECT_THAT(e.what(), HasSubstr("lower -c"));
+    EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("--link disk")));
+  }
 }
 
 TEST(MemoryBudget, ByteCountsAndTheCgroup) {
