@@ -290,7 +290,7 @@ void run_bench_cli(const BenchCli& o) {
   if (o.probe_rounds_mib > 0 && o.engine.link != "disk")
     fail("bench", "--probe-rounds", "expected --link disk (the link probed), found '{}'",
          o.engine.link);
-  const std::optional<MemoryBudget> budget = enter_memory_budget(o.engine);
+  const std::optional<MemoryBudget> budget = enter_memory_budget(o.engine, o.model);
   auto model = model::Model::load(o.model);
   require_moe_layers(o.model, model->config(), "bench");
   const model::ModelConfig& cfg = model->config();

@@ -61,7 +61,7 @@ void add_logits_command(CLI::App& root) {
   add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
     const std::vector<int32_t> ids = parse_token_list(o->tokens);
-    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine, o->model);
     auto model = model::Model::load(o->model);
     const auto V = static_cast<size_t>(model->config().vocab);
     const schedule::OffloadConfig offload =

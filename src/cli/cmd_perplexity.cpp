@@ -66,7 +66,7 @@ void add_perplexity_command(CLI::App& root) {
       ->check(WritablePath);
   cmd->add_option("--scores-task", o->scores_task, "Task name written in the --scores lines");
   cmd->final_callback([o] {
-    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine, o->model);
     auto model = model::Model::load(o->model);
     const schedule::OffloadConfig offload =
         resolve_policy(offload_request(o->engine, *model, o->model), o->engine.policy, *model);

@@ -169,7 +169,7 @@ void add_run_command(CLI::App& root) {
       o->sampling.repetition_penalty = 1.0f;
     }
     using Clock = std::chrono::steady_clock;
-    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine, o->model);
     auto model = model::Model::load(o->model);
     schedule::OffloadRequest request = offload_request(o->engine, *model, o->model);
     apply_speculative(o->spec, request);

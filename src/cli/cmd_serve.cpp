@@ -108,7 +108,7 @@ void add_serve_command(CLI::App& root) {
   add_speculative_options(cmd, o->spec);
   cmd->final_callback([o] {
     server::ServerOptions& so = o->server;
-    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine, o->model);
     auto model = model::Model::load(o->model);
     // Refused now, not at every request: a server that starts must be able to serve.
     if (!o->spec.draft.empty()) engine::check_speculative_target(model->config());

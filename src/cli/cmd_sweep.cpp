@@ -116,6 +116,13 @@ void write_json(const fs::path& p, const json& j) {
 void run_sweep(const SweepCli& o) {
   if (o.caches.empty() == o.residencies.empty())
     fail("sweep", "--cache/--residency", "expected exactly one of --cache and --residency");
+  // On the resident link no expert is copied: bench then times the policies' compute alone and
+  // the frontier's latency axis is noise around one value (a README example did this).
+  if (!o.no_bench && (o.link == "resident" || o.link.empty()))
+    std::fprintf(stderr,
+                 "sweep: warning: --link resident copies no expert: the latencies time the "
+                 "policies' compute only (give --link disk, emulated:GBPS or sim:PROFILE to time "
+                 "the copies)\n");
   std::vector<std::string> policies;
   std::vector<std::string> canonical;  // one point per policy, however the grids spell it
   for (const std::string& g : o.grids)

@@ -48,7 +48,7 @@ void add_trace_command(CLI::App& root) {
   // --policy: the policy the trace is recorded under (closed loop unless exact).
   add_engine_options(cmd, o->engine);
   cmd->final_callback([o] {
-    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine);
+    const std::optional<MemoryBudget> budget = enter_memory_budget(o->engine, o->model);
     auto model = model::Model::load(o->model);
     require_moe_layers(o->model, model->config(), "trace");
     const tokenizer::Tokenizer tok = load_tokenizer_for(o->model, *model);

@@ -1,10 +1,14 @@
 #include "cli/engine_options.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <string_view>
+#include <vector>
 
 #include "cli/validators.hpp"
 #include "common/error.hpp"
+#include "common/memory_budget.hpp"
 #include "common/memory_limit.hpp"
 #include "engine/cuda_backend_factory.hpp"
 #include "engine/engine.hpp"
@@ -78,10 +82,12 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
                   "expert's weights are read once per step; scratch memory grows with it)")
       ->check(CLI::Range(1, 4096))
       ->capture_default_str();
-  cmd->add_option("--mem-limit", o.mem_limit,
-                  "Memory budget (e.g. 3G, 2.5GiB, 800MB): the process runs in a memory cgroup of "
-                  "that size, page cache counted; the engine must fit (non-expert weights + "
-                  "slots + KV) or the command says what does and what --cache would")
+  cmd->add_option(
+         "--mem-limit", o.mem_limit,
+         "Memory budget (e.g. 3G, 2.5GiB, 800MB): the process runs in a memory cgroup of "
+         "that size, page cache counted (pages of the model cached before the run are not: said); "
+         "the engine must fit (non-expert weights + "
+         "slots + KV) or the command says what does and what --cache would")
       ->check([](const std::string& value) {
         // Given but empty would otherwise read as "no budget".
         return value.empty() ? std::string("expected a byte count such as 3G, found ''")
@@ -89,9 +95,59 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
       });
 }
 
-std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o) {
+namespace {
+
+// The files a model path names, for the page-cache check: a folder's .gguf / .safetensors
+// files; a file and, for gguf-split's PREFIX-0000i-of-0000N.gguf, its siblings.
+std::vector<fs::path> model_files(const std::string& model) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  const fs::path path(model);
+  const auto ends_with = [](const std::string& s, std::string_view tail) {
+    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+  };
+  if (fs::is_directory(path, ec)) {
+    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
+      const std::string name = e.path().filename().string();
+      if (e.is_regular_file(ec) && (ends_with(name, ".gguf") || ends_with(name, ".safetensors")))
+        files.push_back(e.path());
+    }
+    return files;
+  }
+  const std::string name = path.filename().string();
+  const size_t of = name.rfind("-of-");
+  if (ends_with(name, ".gguf") && of != std::string::npos && of >= 6 && name[of - 6] == '-') {
+    const std::string prefix = name.substr(0, of - 5), tail = name.substr(of);
+    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+      const std::string n = e.path().filename().string();
+      if (n.size() == name.size() && n.starts_with(prefix) && ends_with(n, tail))
+        files.push_back(e.path());
+    }
+    if (!files.empty()) return files;
+  }
+  files.push_back(path);
+  return files;
+}
+
+}  // namespace
+
+std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o, const std::string& model) {
   if (o.mem_limit.empty()) return std::nullopt;
   const uint64_t limit = parse_byte_count(o.mem_limit, "--mem-limit");
+  // Pages of the model read before the budget (an earlier command, another process) stay charged
+  // to the cgroup that read them: this run can then hold that much more than the budget, unlike
+  // on a machine with that little memory. Measured before loading reads anything.
+  uint64_t cached = 0;
+  for (const fs::path& f : model_files(model)) cached += cached_file_bytes(f.string());
+  if (cached > std::max<uint64_t>(uint64_t{64} << 20, limit / 50))
+    std::fprintf(stderr,
+                 "steermoe: warning: %s of the model's files is already in the page cache, "
+                 "charged to whatever read it first, not to --mem-limit: this run may hold that "
+                 "much more than a machine with %s would (evict it first for a budget as on "
+                 "such a machine: `dd of=FILE oflag=nocache conv=notrunc,fdatasync count=0` per "
+                 "file, or as root `echo 1 > /proc/sys/vm/drop_caches`)\n",
+                 bytes_text(cached).c_str(), bytes_text(limit).c_str());
   if (limit > allocation_cap_bytes())
     std::fprintf(stderr,
                  "steermoe: warning: --mem-limit %s is more than this machine's %s of memory: it "

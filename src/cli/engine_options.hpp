@@ -58,7 +58,8 @@ std::string resolve_backend(const std::string& backend);
 
 // --mem-limit: moves this process into a memory cgroup of that size (page cache counted) before
 // anything is loaded; nullopt without the option. Call first in a command.
-std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& options);
+std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& options,
+                                                const std::string& model);
 
 // A warning on stderr when -c asks for more positions than the model was trained on
 // (max_position_embeddings / context_length): decoding goes on, but past them the output may

@@ -1,8 +1,12 @@
 #include "common/memory_budget.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <cmath>
@@ -11,6 +15,7 @@
 #include <fstream>
 #include <sstream>
 #include <utility>
+#include <vector>
 
 #include "common/error.hpp"
 
@@ -197,6 +202,28 @@ std::optional<uint64_t> MemoryBudget::peak_bytes() const {
 std::optional<uint64_t> MemoryBudget::usage_bytes() const {
   if (dir_.empty()) return std::nullopt;
   return read_number(fs::path(dir_) / (v2_ ? "memory.current" : "memory.usage_in_bytes"));
+}
+
+uint64_t cached_file_bytes(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  uint64_t cached = 0;
+  struct stat st {};
+  if (::fstat(fd, &st) == 0 && st.st_size > 0) {
+    const auto size = static_cast<size_t>(st.st_size);
+    // Mapping touches no page; mincore reports which pages the page cache holds.
+    void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map != MAP_FAILED) {
+      const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+      std::vector<unsigned char> resident((size + page - 1) / page);
+      if (::mincore(map, size, resident.data()) == 0)
+        for (size_t i = 0; i < resident.size(); ++i)
+          if ((resident[i] & 1) != 0) cached += std::min(page, size - i * page);
+      ::munmap(map, size);
+    }
+  }
+  ::close(fd);
+  return cached;
 }
 
 uint64_t peak_rss_bytes() {

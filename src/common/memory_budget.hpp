@@ -41,6 +41,11 @@ class MemoryBudget {
   uint64_t limit_ = 0;
 };
 
+// Bytes of the file at `path` the page cache holds now (mincore over a mapping that touches
+// nothing); 0 when it cannot be read. A page another cgroup read first stays charged there, so
+// what is cached before a budget is entered does not count against it.
+uint64_t cached_file_bytes(const std::string& path);
+
 // This process's peak resident set size (getrusage), bytes.
 uint64_t peak_rss_bytes();
 

@@ -85,10 +85,13 @@ void check_memory_budget(const MemoryPlan& p, const schedule::OffloadConfig& off
          "expected {} to hold {}; it holds at most --cache {} ({} of {} experts per layer){}",
          bytes_text(budget), parts, std::min<int64_t>(c_max, experts), c_max, experts, kv_hint);
   }
+  // Name both halves: the fixed parts alone may fit, and then it is the top-k slots that do not.
   fail("--mem-limit", "budget",
-       "expected {} to hold {}; not even --cache {} (top-k) fits: the non-expert weights, the KV "
-       "cache (lower -c) and the overhead need {}",
-       bytes_text(budget), parts, top_k, bytes_text(fixed));
+       "expected {} to hold {}; not even --cache {} (top-k) fits: its slots need {} beside the {} "
+       "the non-expert weights, the KV cache and the overhead need{}",
+       bytes_text(budget), parts, top_k,
+       bytes_text(saturating_mul(p.slot_bytes_per_c, static_cast<uint64_t>(top_k))),
+       bytes_text(fixed), kv_hint);
 }
 
 }  // namespace steermoe::engine

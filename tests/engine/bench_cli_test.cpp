@@ -1,8 +1,10 @@
 // `steermoe bench` and `steermoe profile` as the built binary, and the memory plan behind
 // --mem-limit: the simulator's prediction replays exactly the engine's routing, the floor row is
 // refused where its weights cannot be in memory, a measured profile is one `sim` reads.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -19,6 +21,7 @@
 #include "../offload_params.hpp"
 #include "common/error.hpp"
 #include "common/memory_budget.hpp"
+#include "common/memory_limit.hpp"
 #include "engine/expert_cache.hpp"
 #include "engine/link_probe.hpp"
 #include "engine/memory_plan.hpp"
@@ -565,6 +568,17 @@ TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {
     EXPECT_THAT(e.what(), HasSubstr("--cache 15"));
     EXPECT_THAT(e.what(), HasSubstr("slots"));
   }
+  // Room for fewer than top-k slots: the message names the slots' need beside the fixed parts
+  // (it named only the fixed parts, which fit).
+  const uint64_t fixed = plan.total() - plan.slot_bytes;
+  try {
+    check_memory_budget(plan, disk, fixed + 7 * plan.slot_bytes_per_c, 8, 64);
+    FAIL() << "accepted a budget below top-k slots";
+  } catch (const Error& e) {
+    EXPECT_THAT(e.what(), HasSubstr("not even --cache 8 (top-k) fits: its slots need " +
+                                    bytes_text(8 * plan.slot_bytes_per_c) + " beside the " +
+                                    bytes_text(fixed)));
+  }
   // Resident: every expert counts, and no cache size helps.
   const auto resident = test_support::offload_params(*m, "exact:evict=lru", 64).offload;
   const MemoryPlan all = plan_memory(*m, resident, 256);
@@ -581,6 +595,29 @@ TEST(MemoryPlan, PartsAddUpAndABudgetThatCannotHoldThemSaysWhatCWould) {
     EXPECT_THAT(e.what(), HasSubstr("lower -c"));
     EXPECT_THAT(e.what(), ::testing::Not(HasSubstr("--link disk")));
   }
+}
+
+// What the page cache holds of a file, by mincore: the --mem-limit warning about pages charged
+// to another cgroup rests on it.
+TEST(MemoryBudget, CachedFileBytesSeesThePageCache) {
+  const fs::path path = fs::temp_directory_path() / "steermoe_cached_file_bytes.bin";
+  constexpr size_t kBytes = size_t{4} << 20;
+  {
+    std::ofstream out(path, std::ios::binary);
+    const std::vector<char> data(kBytes, 7);
+    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fdatasync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // clean pages leave the cache
+  EXPECT_LT(cached_file_bytes(path.string()), kBytes / 2);
+  std::vector<char> back(kBytes);
+  ASSERT_EQ(::pread(fd, back.data(), kBytes, 0), static_cast<ssize_t>(kBytes));
+  EXPECT_EQ(cached_file_bytes(path.string()), kBytes);
+  ::close(fd);
+  EXPECT_EQ(cached_file_bytes((fs::temp_directory_path() / "steermoe_no_such_file").string()), 0u);
+  fs::remove(path);
 }
 
 TEST(MemoryBudget, ByteCountsAndTheCgroup) {

@@ -63,6 +63,8 @@ TEST(Sweep, RunsEveryPointMergesAndResumes) {
   const auto first = testing::run_cli(args);
   ASSERT_EQ(first.status, 0) << first.output;
   EXPECT_THAT(first.output, ::testing::HasSubstr("[13/13]"));  // 3 x 2 x (kl + bench) + floor
+  // Timed on the resident link (the default), which copies nothing: said.
+  EXPECT_THAT(first.output, ::testing::HasSubstr("--link resident copies no expert"));
   const json kl = read(dir / "kl.json"), bench = read(dir / "bench.json");
   EXPECT_EQ(kl.at("schema"), "steermoe.kl/1");
   EXPECT_EQ(bench.at("schema"), "steermoe.bench/1");
@@ -161,6 +163,7 @@ TEST(Sweep, ForwardsThePrefetchModesToEveryPoint) {
   const std::string modes = " --prefetch-pacing defer --prefetch-issue early --moe-wait ready";
   const auto run = testing::run_cli(base + modes);
   ASSERT_EQ(run.status, 0) << run.output;
+  EXPECT_THAT(run.output, ::testing::Not(::testing::HasSubstr("copies no expert")));
   int points = 0;
   for (const auto& entry : fs::directory_iterator(dir / "points")) {
     const std::string name = entry.path().filename().string();

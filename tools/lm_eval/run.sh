@@ -30,7 +30,7 @@ run_one() {  # name, then serve flags
   local port; port=$(awk '/listening on port/ {print $4}' "$OUT/$name.port")
   echo "== $name: steermoe serve on port $port ($*)"
   "$VENV/bin/lm_eval" --model local-completions \
-    --model_args "base_url=http://127.0.0.1:$port/v1/completions,model=$MODEL_NAME,tokenizer_backend=remote,tokenized_requests=True,max_length=256,num_concurrent=1,max_retries=1,timeout=120" \
+    --model_args "base_url=http://127.0.0.1:$port/v1/completions,model=$MODEL_NAME,tokenizer_backend=remote,tokenized_requests=True,max_length=255,num_concurrent=1,max_retries=1,timeout=120" \
     --tasks heldout_cloze,heldout_gen --include_path "$OUT/tasks" --batch_size 4 \
     --log_samples --output_path "$OUT/$name" 2>&1 | tee "$OUT/$name.lm_eval.log" | grep -E "^\||Tasks" || true
   if [ "$name" = exact ]; then
