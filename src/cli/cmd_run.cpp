@@ -1,5 +1,7 @@
 // `steermoe run`: generates text from a prompt, streaming it, then prints prompt and decode
 // speed (stderr) in the style of llama.cpp's main.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <memory>
@@ -18,6 +20,7 @@
 #include "engine/model_facts.hpp"
 #include "engine/sampler.hpp"
 #include "engine/speculative.hpp"
+#include "kernels/thread_pool.hpp"
 #include "tokenizer/tokenizer.hpp"
 
 namespace steermoe::cli {
@@ -39,7 +42,7 @@ struct RunOptions {
   std::string model;
   std::string prompt;
   int n_predict = 64;
-  int threads = 1;
+  int threads = kernels::physical_core_count();
   int context = 0;
   engine::SamplerParams sampling = kRunSampling;
   EngineOptions engine;
@@ -100,10 +103,10 @@ void run_speculative(const model::Model& model, engine::Engine& target,
       static_cast<int64_t>(written) != st.committed ? fmt::format(" ({} written)", written) : "";
   std::fprintf(stderr,
                "decode: %lld tokens committed%s in %.1f ms (%.2f tok/s, %.2f ms/token), %d "
-               "threads, speculative k=%d %s\n",
+               "thread%s, speculative k=%d %s\n",
                static_cast<long long>(st.committed), kept.c_str(), decode_s * 1e3,
                n > 0 ? n / decode_s : 0.0, n > 0 ? decode_s * 1e3 / n : 0.0, target.threads(),
-               o.spec.draft_k, o.spec.select.c_str());
+               target.threads() == 1 ? "" : "s", o.spec.draft_k, o.spec.select.c_str());
   std::fprintf(stderr, "speculative: %s\n", speculative_report(st).c_str());
   if (model.config().has_moe()) {
     std::fprintf(stderr, "experts: %s, policy %s, cache %d of %d per layer\n",
@@ -130,7 +133,10 @@ void add_run_command(CLI::App& root) {
   cmd->add_option("-p,--prompt", o->prompt, "Prompt text")->required();
   cmd->add_option("-n,--n-predict", o->n_predict, "Tokens to generate")
       ->check(CLI::Range(0, 1 << 20));
-  cmd->add_option("-t,--threads", o->threads, "Threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-t,--threads", o->threads,
+                  fmt::format("Threads (default: every physical core, {} here)",
+                              kernels::physical_core_count()))
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
       ->check(CLI::Range(0, 1 << 22));
   engine::SamplerParams& sp = o->sampling;
@@ -234,9 +240,13 @@ void add_run_command(CLI::App& root) {
     std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.2f tok/s, steps of %d)\n",
                  prompt.size(), prompt_s * 1e3, static_cast<double>(prompt.size()) / prompt_s,
                  engine.prefill_step_tokens());
-    std::fprintf(stderr, "decode: %d tokens in %.1f ms (%.2f tok/s, %.2f ms/token), %d threads\n",
+    // As llama.cpp's "eval" count: the first generated token comes from the prompt's pass.
+    std::fprintf(stderr,
+                 "decode: %d tokens in %.1f ms (%.2f tok/s, %.2f ms/token), %d thread%s; %d "
+                 "generated, the first from the prompt's pass\n",
                  decoded, decode_s * 1e3, decoded > 0 ? decoded / decode_s : 0.0,
-                 decoded > 0 ? decode_s * 1e3 / decoded : 0.0, engine.threads());
+                 decoded > 0 ? decode_s * 1e3 / decoded : 0.0, engine.threads(),
+                 engine.threads() == 1 ? "" : "s", generated);
     if (!model->config().has_moe()) {
       std::fprintf(stderr, "experts: none (dense model)\n");
     } else {

@@ -1,4 +1,6 @@
 // `steermoe serve`: the OpenAI-compatible HTTP server (src/server/). This file only maps flags.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -17,6 +19,7 @@
 #include "cli/speculative.hpp"
 #include "common/error.hpp"
 #include "engine/model_facts.hpp"
+#include "kernels/thread_pool.hpp"
 #include "server/http_server.hpp"
 #include "tokenizer/tokenizer.hpp"
 
@@ -47,7 +50,7 @@ void add_serve_command(CLI::App& root) {
     server::ServerOptions server;
     EngineOptions engine;
     SpecOptions spec;
-    int threads = 1;
+    int threads = kernels::physical_core_count();
     int context = 0;
     std::string chat_template_file;
     std::string name;
@@ -65,7 +68,10 @@ void add_serve_command(CLI::App& root) {
       ->check(CLI::Range(0, 65535));
   cmd->add_option("--api-key", s.api_key,
                   "Require 'Authorization: Bearer KEY' on every endpoint but /health");
-  cmd->add_option("-t,--threads", o->threads, "Engine threads")->check(CLI::Range(1, 1024));
+  cmd->add_option("-t,--threads", o->threads,
+                  fmt::format("Engine threads (default: every physical core, {} here)",
+                              kernels::physical_core_count()))
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("-c,--ctx-size", o->context, "KV cache positions (0: min(trained context, 4096))")
       ->check(CLI::Range(0, 1 << 22));
   add_engine_options(cmd, o->engine);  // the default policy; a request may pick its own

@@ -1,7 +1,12 @@
 #include "kernels/thread_pool.hpp"
 
+#include <sched.h>
+
 #include <algorithm>
+#include <fstream>
 #include <new>
+#include <set>
+#include <string>
 #include <system_error>
 
 #include "common/error.hpp"
@@ -192,6 +197,24 @@ void ThreadPool::worker() {
     if (stop_.load(std::memory_order_acquire)) return;
     run_chunks(seen);
   }
+}
+
+int physical_core_count() {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (::sched_getaffinity(0, sizeof(allowed), &allowed) != 0)
+    return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::set<std::string> cores;  // one entry per core: the list of its hardware threads
+  int cpus = 0;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    ++cpus;
+    std::ifstream in("/sys/devices/system/cpu/cpu" + std::to_string(cpu) +
+                     "/topology/thread_siblings_list");
+    std::string siblings;
+    cores.insert(std::getline(in, siblings) ? siblings : "cpu" + std::to_string(cpu));
+  }
+  return std::max(1, static_cast<int>(cores.empty() ? cpus : cores.size()));
 }
 
 }  // namespace steermoe::kernels

@@ -53,6 +53,11 @@ class ScratchArena {
   Slot slots_[kSlots];
 };
 
+// The physical cores this process may run on (its affinity mask; hyperthreads of one core count
+// once, as a bandwidth-bound decode gains nothing from a core's second thread): the default
+// thread count of `run` and `serve`, as llama.cpp's. At least 1.
+int physical_core_count();
+
 class ThreadPool {
  public:
   // n_threads >= 1 counts the calling thread: a pool of 1 runs everything inline. If a thread

@@ -1,5 +1,7 @@
 // Thread pool behaviour, bit-identity of the threaded kernels across thread counts, prefill vs
 // decode identity, and no allocation per call after warm-up.
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -50,6 +52,24 @@ void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
 
 namespace steermoe::kernels::testing {
 namespace {
+
+// run's and serve's default -t: the cores of this thread's affinity mask, hyperthreads once.
+TEST(ThreadPool, PhysicalCoreCountFollowsTheAffinityMask) {
+  cpu_set_t all;
+  ASSERT_EQ(::sched_getaffinity(0, sizeof(all), &all), 0);
+  const int cores = physical_core_count();
+  EXPECT_GE(cores, 1);
+  EXPECT_LE(cores, CPU_COUNT(&all));
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(one), &one), 0);
+  EXPECT_EQ(physical_core_count(), 1);
+  ASSERT_EQ(::sched_setaffinity(0, sizeof(all), &all), 0);
+  EXPECT_EQ(physical_core_count(), cores);
+}
 
 TEST(ThreadPool, ChunksPartitionTheRangeAtGrainBoundaries) {
   for (size_t chunks : {1, 2, 3, 7, 8, 12}) {
