@@ -18,6 +18,7 @@
 #include "cli/engine_options.hpp"
 #include "cli/speculative.hpp"
 #include "common/error.hpp"
+#include "engine/memory_plan.hpp"
 #include "engine/model_facts.hpp"
 #include "kernels/thread_pool.hpp"
 #include "server/http_server.hpp"
@@ -125,6 +126,13 @@ void add_serve_command(CLI::App& root) {
     // Per-request policies use the same calibration (the model's calib.smcal by default).
     warn_past_trained_context(model->config(), o->context);
     so.worker.engine = engine_params(o->engine, offload, o->threads, o->context);
+    // A request's own policy or cache runs on a second engine: it must fit beside this one.
+    if (budget) {
+      const uint64_t planned =
+          engine::plan_memory(*model, offload, engine::resolve_context(model->config(), o->context))
+              .total();
+      so.worker.memory_room = budget->limit_bytes() > planned ? budget->limit_bytes() - planned : 0;
+    }
     // The drafter, when asked for: its context at least the target's (it sees the same tokens).
     const tokenizer::Tokenizer tok = tokenizer::Tokenizer::load(o->model);
     Drafter drafter;

@@ -1,8 +1,11 @@
 #include "server/worker.hpp"
 
 #include <chrono>
+#include <cstdint>
 
 #include "common/error.hpp"
+#include "common/memory_limit.hpp"
+#include "engine/memory_plan.hpp"
 
 namespace steermoe::server {
 
@@ -46,8 +49,24 @@ schedule::OffloadRequest variant(const schedule::OffloadConfig& defaults, const 
 }  // namespace
 
 std::string Worker::check_policy(const std::string& policy, int cache_slots) const {
-  return engine::resolve_offload(model_, variant(options_.engine.offload, policy, cache_slots))
-      .policy_text();
+  const schedule::OffloadConfig offload =
+      engine::resolve_offload(model_, variant(options_.engine.offload, policy, cache_slots));
+  const bool own_engine = offload.policy_text() != default_policy_ ||
+                          offload.cache_slots != options_.engine.offload.cache_slots;
+  if (own_engine && options_.memory_room != UINT64_MAX) {
+    // Its slots and KV cache come on top of the default engine's (the weights are shared).
+    const engine::MemoryPlan plan = engine::plan_memory(model_, offload, context_);
+    const uint64_t need = plan.slot_bytes + plan.kv_bytes;
+    if (need > options_.memory_room)
+      fail("request", "steermoe",
+           "expected a policy and cache that --mem-limit holds beside the server's own engine: "
+           "{} at cache {} runs on a second engine of {} (slots {} + KV {}), the budget leaves "
+           "{} (start the server with them instead)",
+           offload.policy_text(), offload.cache_slots, bytes_text(need),
+           bytes_text(plan.slot_bytes), bytes_text(plan.kv_bytes),
+           bytes_text(options_.memory_room));
+  }
+  return offload.policy_text();
 }
 
 bool Worker::submit(std::vector<std::shared_ptr<Job>> jobs) {

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -23,6 +24,9 @@ struct WorkerOptions {
   engine::EngineParams engine;  // defaults: offload (policy, cache, calibration), threads, context
   size_t queue_capacity = 16;   // requests waiting (not counting the one running)
   Drafting drafting;            // --draft: the drafter's engine (outlives the worker) and k
+  // Bytes a request's own engine (its policy or cache) may hold beside the default engine: what
+  // --mem-limit leaves after the default engine's plan; the maximum without a budget.
+  uint64_t memory_room = UINT64_MAX;
 };
 
 class Worker {

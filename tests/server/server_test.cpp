@@ -331,6 +331,33 @@ TEST(Server, PerRequestPolicyIsUsedAndReported) {
   EXPECT_EQ(physical["error"]["param"], "steermoe");
 }
 
+// Under --mem-limit a request's own policy or cache runs on a second engine only if its slots and
+// KV fit in what the budget leaves (it had run whatever the budget: an API client could push the
+// server past it).
+TEST(Server, PerRequestEngineMustFitTheMemoryRoom) {
+  ServerOptions o;
+  o.worker.engine.context = 64;
+  o.worker.memory_room = 1;  // a budget that holds the server's engine and nothing more
+  schedule::OffloadRequest disk;
+  disk.policy = "psr:lambda=0.3,n=1";
+  disk.cache = 16;
+  disk.link = "disk";
+  Running r(o, disk);
+  int status = 0;
+  const json bigger =
+      post(r, "/v1/completions",
+           {{"prompt", "x"}, {"max_tokens", 1}, {"steermoe", {{"cache", 48}}}}, &status);
+  EXPECT_EQ(status, 400) << dump(bigger);
+  EXPECT_EQ(bigger["error"]["param"], "steermoe");
+  EXPECT_THAT(bigger["error"]["message"].get<std::string>(),
+              ::testing::HasSubstr("runs on a second engine of"));
+  // The server's own policy and cache need no second engine.
+  const json same =
+      post(r, "/v1/completions",
+           {{"prompt", "x"}, {"max_tokens", 1}, {"steermoe", {{"cache", 16}}}}, &status);
+  EXPECT_EQ(status, 200) << dump(same);
+}
+
 // --draft: greedy requests decode speculatively (the shipped pair, PSR with the logical caches
 // rolled back to the committed positions) and give the text plain decoding gives; requests
 // speculative sampling cannot keep exactly (logprobs) decode without the drafter.
