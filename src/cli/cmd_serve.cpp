@@ -18,6 +18,7 @@
 #include "cli/engine_options.hpp"
 #include "cli/speculative.hpp"
 #include "common/error.hpp"
+#include "common/interrupt.hpp"
 #include "engine/memory_plan.hpp"
 #include "engine/model_facts.hpp"
 #include "kernels/thread_pool.hpp"
@@ -28,11 +29,12 @@ namespace steermoe::cli {
 
 namespace {
 
-// SIGINT/SIGTERM only set a flag (async-signal-safe); a watcher thread stops the server.
-volatile std::sig_atomic_t g_stop = 0;
+// SIGINT/SIGTERM only count (async-signal-safe); a watcher thread drains the server at the
+// first and stops it at the second.
+volatile std::sig_atomic_t g_signals = 0;
 
 void on_signal(int) {
-  g_stop = 1;
+  if (g_signals < 2) g_signals = g_signals + 1;
 }
 
 std::string read_file(const std::string& path, const char* flag) {
@@ -165,15 +167,26 @@ void add_serve_command(CLI::App& root) {
     std::fflush(stdout);
     std::signal(SIGINT, on_signal);
     std::signal(SIGTERM, on_signal);
+    // One that came while the model loaded (main's handler only noted it) stops the server too.
+    if (interrupt_requested()) g_signals = 1;
     std::atomic<bool> served{false};
     std::thread watcher([&] {
-      while (!served.load() && g_stop == 0)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      if (g_stop != 0) srv.stop();
+      while (!served.load() && g_signals == 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (served.load()) return;
+      std::fprintf(stderr,
+                   "steermoe serve: shutting down: the running request finishes, queued ones get "
+                   "503 (a second Ctrl-C or SIGTERM stops at once)\n");
+      srv.drain();
+      while (!served.load() && g_signals < 2)
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!served.load()) srv.stop();
     });
     srv.serve();
     served = true;
     watcher.join();
+    // Stopped by a signal: the status every interrupted command exits with.
+    if (g_signals > 0) throw Interrupted();
   });
 }
 

@@ -131,6 +131,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "steermoe: error: %s\nRun with --help for more information.\n", e.what());
     return 1;
   } catch (const steermoe::Interrupted&) {
+    steermoe::end_stdout_line();
     std::fprintf(stderr, "\nsteermoe: interrupted; no partial output file was kept\n");
     return steermoe::kInterruptExitStatus;
   } catch (const steermoe::Error& e) {

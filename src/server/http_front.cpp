@@ -133,6 +133,7 @@ struct Front::Impl {
   int listen_fd = -1;
   int wake_fd = -1;
   std::atomic<bool> stopping{false};
+  std::atomic<bool> draining{false};
   std::unordered_map<uint64_t, std::unique_ptr<Conn>> conns;
   std::unordered_map<std::string, size_t> per_peer;
   size_t live = 0;
@@ -744,7 +745,25 @@ struct Front::Impl {
 
   // --- the loop ----------------------------------------------------------------------------
 
+  // Draining: once nothing is being answered (every connection between requests with its output
+  // written, no handler busy), the idle connections close and serve() returns. A connection that
+  // is still sending a request is waited for (its deadlines bound it).
+  bool drained() {
+    {
+      std::lock_guard lock(mu);
+      if (!tasks.empty() || !done.empty()) return false;
+    }
+    for (const auto& [id, c] : conns)
+      if (!c->dead && (c->phase != Phase::kIdle || !c->in.empty() || c->out_sent < c->out.size()))
+        return false;
+    return true;
+  }
+
   void turn() {
+    if (draining.load() && listen_fd >= 0) {  // new connections are refused from here on
+      ::close(listen_fd);
+      listen_fd = -1;
+    }
     std::vector<pollfd> fds;
     std::vector<Conn*> order;
     fds.push_back({wake_fd, POLLIN, 0});
@@ -878,7 +897,10 @@ void Front::serve() {
   for (int i = 0; i < std::max(1, s.o.handler_threads); ++i) {
     s.pool.emplace_back([&s] { s.pool_loop(); });
   }
-  while (!s.stopping.load()) s.turn();
+  while (!s.stopping.load()) {
+    s.turn();
+    if (s.draining.load() && s.drained()) break;
+  }
   for (auto& [id, c] : s.conns) s.kill(*c);
   s.conns.clear();
   {
@@ -892,6 +914,12 @@ void Front::serve() {
     if (r.pending) r.pending->cancel();
   }
   s.done.clear();
+}
+
+void Front::drain() {
+  if (!impl_) return;
+  impl_->draining = true;
+  impl_->wake();
 }
 
 void Front::stop() {

@@ -108,6 +108,9 @@ class Front {
   int bind();
   // Runs the I/O loop on this thread until stop().
   void serve();
+  // Any thread: accept no more connections, let every response in progress be written, then
+  // close the idle connections and return from serve() (a graceful stop; stop() still cuts).
+  void drain();
   // Any thread: serve() returns soon; pending bodies are cancelled.
   void stop();
   // Any thread: some pending body has more bytes.

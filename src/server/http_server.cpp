@@ -299,6 +299,9 @@ struct HttpServer::Impl {
   void submit(const std::vector<std::shared_ptr<Job>>& jobs) {
     if (!worker.submit(jobs)) {
       metrics.rejected++;
+      if (worker.draining())
+        throw ApiError(503, "the server is shutting down, retry elsewhere", "",
+                       "server_shutting_down", "shutting_down");
       throw ApiError(503, "the server is busy (request queue full), retry later", "",
                      "server_overloaded", "queue_full");
     }
@@ -636,6 +639,11 @@ int HttpServer::bind() {
 
 void HttpServer::serve() {
   impl_->front->serve();
+}
+
+void HttpServer::drain() {
+  impl_->worker.drain();
+  impl_->front->drain();
 }
 
 void HttpServer::stop() {

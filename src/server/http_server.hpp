@@ -49,6 +49,10 @@ class HttpServer {
   int bind();
   // Serves until stop(); call after bind().
   void serve();
+  // Any thread: a graceful stop. Queued requests end at once as 503 (the server is shutting
+  // down), the running one finishes and its response is written, new connections are refused,
+  // then serve() returns.
+  void drain();
   void stop();
 
  private:

@@ -47,8 +47,9 @@ class JsonWhenDone final : public JobBody {
     for (const auto& j : jobs_) {
       finished(*j);
       if (!j->error.empty()) {
-        status_ = 500;
-        out += dump(error_body("the engine failed: " + j->error, "server_error"));
+        status_ = j->unavailable ? 503 : 500;
+        out += dump(j->unavailable ? error_body(j->error, "server_shutting_down")
+                                   : error_body("the engine failed: " + j->error, "server_error"));
         return true;
       }
       view.push_back(j.get());
@@ -99,7 +100,8 @@ class EventStream final : public JobBody {
                           (job.prompt_done && !opened_);
     if (!progress) return false;
     if (!job.error.empty()) {
-      out += sse(error_body("the engine failed: " + job.error, "server_error"));
+      out += sse(job.unavailable ? error_body(job.error, "server_shutting_down")
+                                 : error_body("the engine failed: " + job.error, "server_error"));
       lock.unlock();
       finished(job);
       job_ = jobs_.size();  // nothing more after an engine error

@@ -35,6 +35,36 @@ void Worker::stop() {
   if (thread_.joinable()) thread_.join();
 }
 
+void Worker::drain() {
+  std::vector<std::shared_ptr<Job>> shed;
+  {
+    std::lock_guard lock(mu_);
+    draining_ = true;
+    for (auto& request : queue_)
+      for (auto& job : request) shed.push_back(job);
+    queue_.clear();
+  }
+  for (auto& job : shed) {
+    {
+      std::lock_guard lock(job->mu);
+      job->error = "the server is shutting down; the request did not start (retry elsewhere)";
+      job->unavailable = true;
+      job->done = true;
+    }
+    job->notify();
+  }
+}
+
+bool Worker::draining() const {
+  std::lock_guard lock(mu_);
+  return draining_;
+}
+
+bool Worker::idle() const {
+  std::lock_guard lock(mu_);
+  return queue_.empty() && !running_job_;
+}
+
 namespace {
 
 // The server's configuration with a request's policy and cache size in place of its own.
@@ -73,7 +103,7 @@ bool Worker::submit(std::vector<std::shared_ptr<Job>> jobs) {
   SM_ASSERT(!jobs.empty());
   {
     std::lock_guard lock(mu_);
-    if (stopping_ || queue_.size() >= options_.queue_capacity) return false;
+    if (stopping_ || draining_ || queue_.size() >= options_.queue_capacity) return false;
     queue_.push_back(std::move(jobs));
   }
   cv_.notify_one();

@@ -42,6 +42,12 @@ class Worker {
   bool submit(std::vector<std::shared_ptr<Job>> jobs);
   size_t queue_depth() const;
   bool busy() const;
+  // Shutdown in two steps: drain() takes no more requests and ends the queued ones at once as
+  // unavailable (503), while the running one finishes; idle() then says when it has. stop()
+  // ends everything, the running request cancelled.
+  void drain();
+  bool draining() const;
+  bool idle() const;
   void stop();
 
   int context() const { return context_; }
@@ -82,6 +88,7 @@ class Worker {
   std::deque<std::vector<std::shared_ptr<Job>>> queue_;
   bool running_job_ = false;
   bool stopping_ = false;
+  bool draining_ = false;
   std::thread thread_;
 };
 

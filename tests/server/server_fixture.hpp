@@ -11,6 +11,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -68,7 +69,10 @@ class Running {
     o.worker.engine.offload = engine::resolve_offload(*s.model, offload);
     server_ = std::make_unique<HttpServer>(*s.model, *s.tok, o);
     port_ = server_->bind();
-    thread_ = std::thread([this] { server_->serve(); });
+    thread_ = std::thread([this] {
+      server_->serve();
+      served_ = true;
+    });
   }
   // A server of another model; `o.worker` set by the caller.
   Running(const model::Model& model, const tokenizer::Tokenizer& tok, ServerOptions o) {
@@ -77,13 +81,24 @@ class Running {
     o.quiet = true;
     server_ = std::make_unique<HttpServer>(model, tok, o);
     port_ = server_->bind();
-    thread_ = std::thread([this] { server_->serve(); });
+    thread_ = std::thread([this] {
+      server_->serve();
+      served_ = true;
+    });
   }
   ~Running() {
     server_->stop();
     thread_.join();
   }
   int port() const { return port_; }
+  // The graceful stop; true once serve() has returned (within `timeout`).
+  bool drain_and_wait(std::chrono::milliseconds timeout) {
+    server_->drain();
+    const auto until = Clock::now() + timeout;
+    while (!served_.load() && Clock::now() < until)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return served_.load();
+  }
   std::unique_ptr<httplib::Client> client(int timeout_s = 30) const {
     auto c = std::make_unique<httplib::Client>("127.0.0.1", port_);
     c->set_read_timeout(timeout_s, 0);
@@ -96,6 +111,7 @@ class Running {
  private:
   std::unique_ptr<HttpServer> server_;
   int port_ = 0;
+  std::atomic<bool> served_{false};
   std::thread thread_;
 };
 

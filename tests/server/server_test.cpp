@@ -358,6 +358,47 @@ TEST(Server, PerRequestEngineMustFitTheMemoryRoom) {
   EXPECT_EQ(status, 200) << dump(same);
 }
 
+// A graceful stop (serve's first SIGTERM / Ctrl-C): the running stream finishes with its final
+// chunk and [DONE], a queued request gets 503 at once, a new connection is refused, and serve()
+// returns (both had been cut off: the stream without [DONE], the queued request with no bytes).
+TEST(Server, DrainFinishesTheRunningRequestAndShedsTheQueue) {
+  Running r({}, {.policy = "psr:lambda=0.3,n=1", .cache = 32, .link = "emulated:0.02,2000"});
+  std::string stream_body;
+  int stream_status = 0, queued_status = 0;
+  json queued;
+  std::thread streaming([&] {
+    auto c = r.client(120);
+    auto res = c->Post("/v1/completions",
+                       dump(json{{"prompt", "hello"}, {"max_tokens", 24}, {"stream", true}}),
+                       "application/json");
+    if (res) {
+      stream_status = res->status;
+      stream_body = res->body;
+    }
+  });
+  const auto waiting_until = Clock::now() + std::chrono::seconds(30);
+  while (metric(r, "steermoe_engine_busy") != 1 && Clock::now() < waiting_until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::thread waiting([&] {
+    queued = post(r, "/v1/completions", {{"prompt", "x"}}, &queued_status);
+  });
+  const auto queued_until = Clock::now() + std::chrono::seconds(30);
+  while (metric(r, "steermoe_queue_depth") < 1 && Clock::now() < queued_until)
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const int port = r.port();
+  EXPECT_TRUE(r.drain_and_wait(std::chrono::seconds(120)));
+  streaming.join();
+  waiting.join();
+  EXPECT_EQ(stream_status, 200);
+  EXPECT_NE(stream_body.find("\"finish_reason\":\"length\""), std::string::npos) << stream_body;
+  EXPECT_NE(stream_body.find("data: [DONE]"), std::string::npos) << stream_body;
+  EXPECT_EQ(queued_status, 503) << dump(queued);
+  EXPECT_EQ(queued["error"]["type"], "server_shutting_down") << dump(queued);
+  httplib::Client late("127.0.0.1", port);
+  late.set_connection_timeout(2, 0);
+  EXPECT_FALSE(late.Get("/health"));
+}
+
 // --draft: greedy requests decode speculatively (the shipped pair, PSR with the logical caches
 // rolled back to the committed positions) and give the text plain decoding gives; requests
 // speculative sampling cannot keep exactly (logprobs) decode without the drafter.
