@@ -45,7 +45,8 @@ void add_kl_command(CLI::App& root) {
   cmd->add_option("-f,--file", o->file, "Text file")->required();
   cmd->add_option("--policy", o->policies, "Routing policies, one configuration each")
       ->expected(1, -1)
-      ->required();
+      ->required()
+      ->default_str("");  // required: no default to show (it printed "=[]")
   cmd->add_option("--window-len", o->window_len, "Tokens per window (each a fresh sequence)")
       ->check(CLI::Range(2, 1 << 20))
       ->capture_default_str();

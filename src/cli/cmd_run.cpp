@@ -254,6 +254,17 @@ void add_run_command(CLI::App& root) {
                    engine.expert_cache().describe().c_str(), engine.policy().to_string().c_str(),
                    engine.cache_slots(), model->config().experts);
     }
+    const engine::CacheStats logical = engine.cache_stats() - after_prompt;
+    if (!logical.physical && logical.routed_tokens > 0 &&
+        engine.cache_slots() < model->config().experts) {
+      // No link copies here; what an offloading link would copy, as serve reports it.
+      const double n = static_cast<double>(logical.routed_tokens);
+      std::fprintf(stderr,
+                   "copies/token: none on this link; an offloading link would copy %.2f demand + "
+                   "%.2f prefetch (the logical cache's insertions)\n",
+                   static_cast<double>(logical.logical_demand) / n,
+                   static_cast<double>(logical.logical_prefetch) / n);
+    }
     if (const engine::CacheStats t = engine.cache_stats() - after_prompt; t.tokens > 0) {
       const double n = static_cast<double>(t.tokens);
       // The three classes split the prefetches the policy emitted (some dropped as stale or

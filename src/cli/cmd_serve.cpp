@@ -106,6 +106,7 @@ void add_serve_command(CLI::App& root) {
   cmd->add_option("--max-connections-per-ip", s.max_connections_per_address,
                   "Open connections per client address (same rule, among that address's)")
       ->check(CLI::Range(1, 65536));
+  if (s.http_threads == 0) s.http_threads = 2;  // ServerOptions' 0 means 2: shown as 2
   cmd->add_option("--http-threads", s.http_threads,
                   "Request handler threads (JSON parsing, tokenization, templates; 0: 2). "
                   "Connections are served by one I/O thread")

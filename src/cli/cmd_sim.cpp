@@ -300,7 +300,8 @@ void add_sim_command(CLI::App& root) {
   cmd->add_option("--policy", o->policies,
                   "Policy string, e.g. psr:lambda=0.3,n=1 (repeat for a side-by-side table)")
       ->required()
-      ->take_all();
+      ->take_all()
+      ->default_str("");  // required: no default to show
   cmd->add_option("--cache", o->cache, "Cache slots per layer C (K <= C <= E)")->required();
   cmd->add_option("--prefetch-pacing", o->pacing,
                   "When pending prefetches are copied: fifo | defer | demand (see `run --help`)")

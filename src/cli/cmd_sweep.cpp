@@ -339,12 +339,16 @@ void add_sweep_command(CLI::App& root) {
   cmd->add_option("--grid", o->grids,
                   "Policy grid, e.g. \"psr:lambda=0.1..0.5:0.1,n=1|2\" (repeat, or ';' between)")
       ->required()
-      ->take_all();
-  cmd->add_option("--cache", o->caches, "Cache slots per layer, several: 32,16")->delimiter(',');
+      ->take_all()
+      ->default_str("");  // required: no default to show
+  cmd->add_option("--cache", o->caches, "Cache slots per layer, several: 32,16")
+      ->delimiter(',')
+      ->default_str("");  // one of --cache and --residency is required: no default to show
   cmd->add_option("--residency", o->residencies,
                   "Or fractions of the experts, each in (0, 1]: 0.5,0.25")
       ->delimiter(',')
-      ->check(Fraction);
+      ->check(Fraction)
+      ->default_str("");
   cmd->add_option("-o,--out", o->out, "Output folder (points/, kl.json, bench.json, frontier)")
       ->required();
   cmd->add_option("--rounds", o->rounds, "bench: timing rounds")->check(CLI::Range(1, 1000));

@@ -63,7 +63,8 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
       ->check(CLI::IsMember({"all", "ready"}))
       ->capture_default_str();
   cmd->add_option("--calib", o.calib,
-                  "Calibration (.smcal); default: the model's calib.smcal when present");
+                  "Calibration (.smcal); default: the model folder's calib.smcal, or MODEL.smcal "
+                  "beside a .gguf, when present");
   cmd->add_flag("--verify", o.verify,
                 "Disk link: check every copied expert against a checksum (one full read at start)");
   cmd->add_option("--backend", o.backend,

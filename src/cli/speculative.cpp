@@ -12,13 +12,18 @@
 namespace steermoe::cli {
 
 void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
+  // The synthetic drafter proposes the text's next token: only the teacher-forced commands.
+  const bool teacher_forced = cmd->get_name() == "bench" || cmd->get_name() == "kl";
   cmd->add_option(
       "--draft", o.draft,
       "Speculative decoding: a drafter model sharing the target's vocabulary (e.g. "
-      "models/steer-drafter-small for models/steer-olmoe-small); bench and kl also "
-      "take synthetic:A[,MS] (teacher forced: the text's next token proposed with "
-      "probability A, else another, MS ms of busy drafting per draft; for --scores-from "
-      "traces at shapes whose random weights cannot draft)");
+      "models/steer-drafter-small for models/steer-olmoe-small)" +
+          std::string(teacher_forced
+                          ? ", or synthetic:A[,MS] (teacher forced: the text's next token "
+                            "proposed with probability A, else another, MS ms of busy drafting "
+                            "per draft; for --scores-from traces at shapes whose random weights "
+                            "cannot draft)"
+                          : ""));
   cmd->add_option("--draft-k", o.draft_k, "Drafts per verification")
       ->check(CLI::Range(1, 63))
       ->capture_default_str();

@@ -90,6 +90,23 @@ TEST(CliRun, HelpStatesTheSamplingDefaults) {
   }
 }
 
+// Every command's help shows real defaults: no "=[]" for a required list, --draft's synthetic
+// form only where the text is teacher forced, the handler threads as the number they are.
+TEST(CliHelp, DefaultsShownAreTheOnesUsed) {
+  for (const char* command : {"run", "serve", "bench", "kl", "sweep", "score", "trace",
+                              "perplexity", "logits", "profile", "sim", "calibrate"}) {
+    const auto r = run_cli(std::string(command) + " --help");
+    ASSERT_EQ(r.status, 0) << command;
+    EXPECT_EQ(r.output.find("=[]"), std::string::npos) << command << "\n" << r.output;
+    const bool synthetic = r.output.find("synthetic:A") != std::string::npos;
+    EXPECT_EQ(synthetic, std::string(command) == "bench" || std::string(command) == "kl")
+        << command;
+  }
+  EXPECT_NE(run_cli("serve --help").output.find("--http-threads INT:INT in [0 - 256]=2"),
+            std::string::npos);
+  EXPECT_NE(run_cli("run --help").output.find("MODEL.smcal beside a .gguf"), std::string::npos);
+}
+
 // Speculative decoding through `run`: greedy verification commits the target's greedy tokens,
 // so with the logical caches rolled back to the committed positions the text equals plain greedy
 // decoding's under the same PSR policy, whatever the drafts and k.

@@ -84,6 +84,25 @@ TEST(Cli, RunGeneratesAndReportsSpeed) {
   EXPECT_THAT(r.output, HasSubstr("the cat"));
   EXPECT_THAT(r.output, HasSubstr("prompt:"));
   EXPECT_THAT(r.output, HasSubstr("decode: 7 tokens"));
+  EXPECT_THAT(r.output, HasSubstr("8 generated"));
+  // A cache smaller than every expert on the resident link: the copies an offloading link would
+  // make are reported, the same as the disk link makes (it printed none).
+  const fs::path small = fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-small";
+  const std::string cached = "run -m " + small.string() +
+                             " -p 'hello world' -n 16 --temp 0 --residency 0.5 --policy "
+                             "psr:lambda=0.3,n=1 --link ";
+  const Result resident = run(cached + "resident"), disk = run(cached + "disk");
+  ASSERT_EQ(resident.status, 0) << resident.output;
+  ASSERT_EQ(disk.status, 0) << disk.output;
+  const auto per_token = [](const std::string& out, const std::string& before) {
+    const size_t at = out.find(before);
+    return at == std::string::npos
+               ? std::string("missing")
+               : out.substr(at + before.size(), out.find(" prefetch", at) - at - before.size());
+  };
+  EXPECT_EQ(per_token(resident.output, "an offloading link would copy "),
+            per_token(disk.output, "copies/token: "))
+      << resident.output << disk.output;
   // Seeded sampling is reproducible.
   const std::string sampled = "run -m " + (kOracle / "olmoe" / "model.gguf").string() +
                               " -p 'the' -n 12 --ignore-eos --temp 0.8 --top-p 0.9 --seed 5";
