@@ -70,6 +70,8 @@ class ComputeBackend {
   // Logits of the last token of the last head() ([vocab]; valid until the next call).
   virtual std::span<const float> logits() const = 0;
   virtual int threads() const = 0;
+  // KV memory of positions from `position` on back to the system (none by default).
+  virtual void release_kv(int /*position*/) {}
 };
 
 }  // namespace steermoe::engine

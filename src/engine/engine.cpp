@@ -100,7 +100,16 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
 
 Engine::~Engine() = default;
 
+void Engine::release_kv_beyond(int positions) {
+  kv_high_ = std::max(kv_high_, pos_);
+  positions = std::max(positions, pos_);
+  if (kv_high_ <= positions) return;
+  backend_->release_kv(positions);
+  kv_high_ = positions;
+}
+
 void Engine::reset() {
+  kv_high_ = std::max(kv_high_, pos_);
   pos_ = 0;
   mark_pos_ = -1;
   cache_->begin_request();
@@ -120,6 +129,7 @@ void Engine::rollback(int position) {
     cache_->rollback(position - mark_pos_);
     mark_pos_ = -1;
   }
+  kv_high_ = std::max(kv_high_, pos_);  // the positions rolled back were written
   pos_ = position;
 }
 

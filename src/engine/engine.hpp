@@ -100,6 +100,11 @@ class Engine : private schedule::LayerDriver {
 
   // Starts a new sequence: empty KV cache, every layer's cache back to its warm set.
   void reset();
+  // Between sequences: the KV memory past `positions` goes back to the system when the sequences
+  // since the last call reached beyond it (a server keeps only what its longest recent request
+  // needs, not the high-water mark of its longest ever). Bits never change: attention reads only
+  // positions the sequence wrote.
+  void release_kv_beyond(int positions);
 
   // Feeds one token at position(); returns the logits [vocab] (valid until the next call).
   std::span<const float> decode(int32_t token);
@@ -160,6 +165,7 @@ class Engine : private schedule::LayerDriver {
   int context_ = 0;
   int pos_ = 0;
   int mark_pos_ = -1;  // position at mark_rollback(), -1 without a mark
+  int kv_high_ = 0;    // the furthest KV position written since the last release_kv_beyond
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<ExpertCache> cache_;
   std::vector<int> moe_layers_;                   // [MoE layers] -> model layer

@@ -13,6 +13,7 @@
 
 #include <fmt/format.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -50,6 +51,25 @@ class LazyZeroBuffer {
   ~LazyZeroBuffer() { release(); }
   float* data() const { return data_; }
 
+  // Gives the whole pages from float `from` to the end back to the system: they read as zero
+  // again and cost nothing until written (a long sequence's high-water mark, released).
+  void release_from(size_t from) {
+    const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    const size_t start = (from * sizeof(float) + page - 1) / page * page;
+    if (data_ != nullptr && start < bytes_)
+      ::madvise(reinterpret_cast<char*>(data_) + start, bytes_ - start, MADV_DONTNEED);
+  }
+  // Bytes of the buffer in memory (mincore).
+  size_t resident_bytes() const {
+    if (data_ == nullptr) return 0;
+    const auto page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> in((bytes_ + page - 1) / page);
+    if (::mincore(data_, bytes_, in.data()) != 0) return 0;
+    size_t n = 0;
+    for (unsigned char v : in) n += (v & 1) != 0 ? page : 0;
+    return n;
+  }
+
  private:
   void release() noexcept {
     if (data_ != nullptr) ::munmap(data_, bytes_);
@@ -86,6 +106,18 @@ class KvCache {
     }
   }
   int positions() const { return positions_; }
+  // Positions from `position` on give their memory back (see LazyZeroBuffer::release_from);
+  // attention never reads past the sequence, so they need no other clearing.
+  void release_from(int position) {
+    for (auto& b : k_) b.release_from(static_cast<size_t>(position) * k_width_);
+    for (auto& b : v_) b.release_from(static_cast<size_t>(position) * v_width_);
+  }
+  size_t resident_bytes() const {
+    size_t n = 0;
+    for (const auto& b : k_) n += b.resident_bytes();
+    for (const auto& b : v_) n += b.resident_bytes();
+    return n;
+  }
   size_t k_width() const { return k_width_; }
   size_t v_width() const { return v_width_; }
   float* k(int layer, int pos) {

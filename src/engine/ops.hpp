@@ -100,6 +100,9 @@ class Ops {
   // skip[l] != 0 have none (empty skip: every layer has one).
   virtual void alloc_kv(int layers, int positions, size_t k_width, size_t v_width,
                         const std::vector<uint8_t>& skip) = 0;
+  // The KV memory of positions from `position` on back to the system (host memory committed
+  // as written; a device's is allocated whole, so nothing to give back by default).
+  virtual void release_kv(int /*position*/) {}
   virtual float* kv_keys(int layer) = 0;    // position 0 of the layer's keys
   virtual float* kv_values(int layer) = 0;  // position 0 of the layer's values
   // Makes a model weight usable by the ops (CUDA: uploads it). Throws steermoe::Error for a

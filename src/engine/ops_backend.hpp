@@ -43,6 +43,7 @@ class OpsBackend : public ComputeBackend {
   void head(int n, std::span<float> all_logits) final;
   std::span<const float> logits() const final;
   int threads() const final { return ops_->threads(); }
+  void release_kv(int position) final { ops_->release_kv(position); }
 
  protected:
   // Prepares every non-expert weight of `model` on the ops, allocates the activations, the KV

@@ -67,6 +67,11 @@ bool Worker::idle() const {
 
 namespace {
 
+// KV positions an engine keeps committed between requests: re-touching them costs page faults
+// (zero-filled), small next to a long request's decode, while a server whose -c is large would
+// otherwise hold its longest request's KV (a 12000-token request: +100 MB RSS until exit).
+constexpr int kKeptKvPositions = 1024;
+
 // The server's configuration with a request's policy and cache size in place of its own.
 schedule::OffloadRequest variant(const schedule::OffloadConfig& defaults, const std::string& policy,
                                  int cache_slots) {
@@ -166,6 +171,8 @@ void Worker::run(Job& job) {
           engine, tok_, options_.engine.max_batch, job,
           [this](const engine::Engine& e, bool final) { take_view(e, final); },
           options_.drafting);
+      // A long request's KV pages go back to the system (kept: what short requests use).
+      engine.release_kv_beyond(kKeptKvPositions);
     } catch (const std::exception& e) {
       std::lock_guard lock(job.mu);
       job.error = e.what();

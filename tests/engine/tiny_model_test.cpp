@@ -21,6 +21,7 @@
 #include "../json_test_util.hpp"
 #include "../pregate_check.hpp"
 #include "engine/engine.hpp"
+#include "engine/kv_cache.hpp"
 #include "engine/sampler.hpp"
 
 namespace steermoe::engine {
@@ -133,6 +134,52 @@ TEST_P(ShippedMoeModel, PregateMatchesPyTorchReference) {
                   batched ? "batched" : "incremental", f.max_diff, tol, f.ranked);
     }
   }
+}
+
+// A long sequence's KV pages go back to the system between sequences (serve after each request)
+// and the next sequences compute the same bits as on a fresh engine.
+TEST(KvRelease, PagesGoBackAndBitsStay) {
+  KvCache kv(2, 4096, 64, 64);
+  for (int p = 0; p < 3000; ++p)
+    for (int l = 0; l < 2; ++l) {
+      kv.k(l, p)[0] = 1.0f;
+      kv.v(l, p)[63] = 1.0f;
+    }
+  const size_t per_position = 2 * 2 * 64 * sizeof(float);
+  EXPECT_GE(kv.resident_bytes(), 3000 * per_position);
+  kv.release_from(1024);
+  EXPECT_LE(kv.resident_bytes(), 1024 * per_position + 4 * 4096);
+  EXPECT_GE(kv.resident_bytes(), 1024 * per_position);
+  EXPECT_EQ(kv.k(0, 1023)[0], 1.0f);  // kept
+  EXPECT_EQ(kv.k(1, 2999)[0], 0.0f);  // released: zero again
+
+  const auto model =
+      model::Model::load(fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-small");
+  std::vector<int32_t> long_text(200), short_text(12);
+  for (size_t i = 0; i < long_text.size(); ++i)
+    long_text[i] = static_cast<int32_t>((i * 37) % 4000);
+  for (size_t i = 0; i < short_text.size(); ++i)
+    short_text[i] = static_cast<int32_t>((i * 11 + 5) % 4000);
+  Engine reused(*model, {.context = 256});
+  reused.prefill(long_text);
+  reused.release_kv_beyond(8);  // mid-sequence: the current positions stay
+  const auto next = reused.decode(7);
+  const std::vector<float> after_release(next.begin(), next.end());
+  {
+    Engine whole(*model, {.context = 256});
+    whole.prefill(long_text);
+    const auto expected = whole.decode(7);
+    ASSERT_EQ(expected.size(), after_release.size());
+    EXPECT_EQ(std::memcmp(expected.data(), after_release.data(), expected.size() * sizeof(float)),
+              0);
+  }
+  reused.reset();
+  reused.release_kv_beyond(4);  // the long sequence's pages past 4 go
+  const auto a = reused.prefill(short_text);
+  Engine fresh(*model, {.context = 256});
+  const auto b = fresh.prefill(short_text);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
 }
 
 std::string param_name(const ::testing::TestParamInfo<std::string>& info) {

@@ -36,6 +36,7 @@ class CpuOps final : public Ops {
   void alloc_kv(int layers, int positions, size_t k_width, size_t v_width,
                 const std::vector<uint8_t>& skip) override;
   float* kv_keys(int layer) override { return kv_.k(layer, 0); }
+  void release_kv(int position) override { kv_.release_from(position); }
   float* kv_values(int layer) override { return kv_.v(layer, 0); }
   void prepare(const kernels::Matrix& /*w*/) override {}
   void prepare(std::span<const float> /*v*/) override {}
