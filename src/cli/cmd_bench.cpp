@@ -305,6 +305,22 @@ void run_bench_cli(const BenchCli& o) {
       fail(o.scores_from, "experts/top_k",
            "expected the model's {} experts, top-{}, found {}, top-{}", cfg.experts, cfg.top_k,
            score_trace->experts(), score_trace->meta().top_k);
+    // The scores mean what the model's router means: a softmax row is not a sigmoid one.
+    const std::string router = cfg.router == model::RouterScore::kSigmoid ? "sigmoid" : "softmax";
+    if (score_trace->meta().router != router)
+      fail(o.scores_from + "/meta.json", "router", "expected the model's {} router, found {}",
+           router, score_trace->meta().router);
+    if (router == "sigmoid" && !score_trace->has_weights_scores())
+      fail(o.scores_from, "weights_scores.npy",
+           "expected the execution weights' scores a sigmoid-router trace records (`steermoe "
+           "trace` writes them)");
+    if (score_trace->layers() != cfg.moe_layer_count())
+      std::fprintf(stderr,
+                   "bench: note: %s has %d MoE layers, the model %d: model layer m takes trace "
+                   "layer m mod %d (no pre-gate at a wrap), so its copies are not those `sim` "
+                   "gives on the trace\n",
+                   o.scores_from.c_str(), score_trace->layers(), cfg.moe_layer_count(),
+                   score_trace->layers());
     supplied = std::make_unique<eval::TraceScores>(*score_trace, cfg.moe_layer_count());
     sequences = supplied->windows(o.windows, o.window_len);
     for (auto& seq : sequences)
@@ -760,8 +776,9 @@ void add_bench_command(CLI::App& root) {
                   "table then on stderr)")
       ->check(WritablePath);
   cmd->add_option("--scores-from", o->scores_from,
-                  "Route by a trace's router and pre-gate scores (layers mapped cyclically; "
-                  "tokens and windows from the trace; --calib = the trace model's calibration)");
+                  "Route by a trace's router and pre-gate scores (the same experts, top-k and "
+                  "router as the model; layers mapped cyclically; tokens and windows from the "
+                  "trace; --calib = the trace model's calibration)");
   cmd->add_option("--predict", o->predict,
                   "Hardware profile (name or .json, e.g. from `steermoe profile`): the simulator "
                   "replays each configuration's recorded routing with it and its ms/token is "

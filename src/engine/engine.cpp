@@ -90,9 +90,13 @@ Engine::Engine(const model::Model& model, const EngineParams& params)
   const auto B = static_cast<size_t>(params.max_batch);
   calls_.resize(B * static_cast<size_t>(cfg_.top_k));
   if (params.score_source != nullptr) {
-    if (cfg_.router != model::RouterScore::kSoftmax)
-      fail("engine", "score source", "expected a softmax-router model (OLMoE, Qwen3-MoE)");
+    if (cfg_.router != model::RouterScore::kSoftmax && !params.score_source->has_weight_scores())
+      fail("engine", "score source",
+           "expected weight scores for this sigmoid-router model (a trace recorded from one has "
+           "weights_scores.npy)");
     supplied_z_.resize(B * static_cast<size_t>(cfg_.experts));
+    if (cfg_.router != model::RouterScore::kSoftmax)
+      supplied_w_.resize(B * static_cast<size_t>(cfg_.experts));
     supplied_pre_.resize(B * static_cast<size_t>(cfg_.experts));
   }
   want_pregate_ = cache_->wants_pregate();
@@ -301,12 +305,15 @@ RouterScores Engine::supplied_scores(int m, bool want_pregate, int n) {
     const bool pre =
         params_.score_source->scores(pos_ + t, m, {&supplied_z_[off], E}, {&supplied_pre_[off], E});
     have_pregate = have_pregate && pre;
+    if (!supplied_w_.empty())
+      params_.score_source->weight_scores(pos_ + t, m, {&supplied_w_[off], E});
   }
   const std::span<const float> z(supplied_z_.data(), rows);
-  return {.z = z,
-          .weight_scores = z,
-          .pregate_next = have_pregate ? std::span<const float>(supplied_pre_.data(), rows)
-                                       : std::span<const float>{}};
+  return {
+      .z = z,
+      .weight_scores = supplied_w_.empty() ? z : std::span<const float>(supplied_w_.data(), rows),
+      .pregate_next = have_pregate ? std::span<const float>(supplied_pre_.data(), rows)
+                                   : std::span<const float>{}};
 }
 
 void Engine::record_rows(int m, int t, const policy::Decision& d, std::span<const float> pregate) {

@@ -172,6 +172,7 @@ class Engine : private schedule::LayerDriver {
   std::vector<int> next_moe_layer_;               // [layers] -> the next MoE layer after l, or -1
   std::vector<ExpertCall> calls_;                 // [B][K] experts of the current MoE layer
   std::vector<float> supplied_z_, supplied_pre_;  // [B][E] rows from params_.score_source
+  std::vector<float> supplied_w_;  // [B][E] its weight scores (sigmoid routers; else empty)
   RoutingRecord* record_ = nullptr;
   size_t record_base_ = 0;  // first record row of the current forward()
   bool want_pregate_ = false;

@@ -52,6 +52,11 @@ bool TraceScores::scores(int position, int moe_layer, std::span<float> z,
   return true;
 }
 
+void TraceScores::weight_scores(int position, int moe_layer, std::span<float> out) {
+  const auto row = trace_.weights_scores(base_ + position, moe_layer % trace_.layers());
+  std::copy(row.begin(), row.end(), out.begin());
+}
+
 policy::Calibration map_calibration_layers(const policy::Calibration& c, int layers) {
   policy::Calibration out;
   out.layers = layers;

@@ -29,6 +29,8 @@ class TraceScores final : public engine::ScoreSource {
 
   bool scores(int position, int moe_layer, std::span<float> z,
               std::span<float> pregate_next) override;
+  bool has_weight_scores() const override { return trace_.has_weights_scores(); }
+  void weight_scores(int position, int moe_layer, std::span<float> out) override;
 
  private:
   const trace::Trace& trace_;
