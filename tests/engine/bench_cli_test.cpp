@@ -62,6 +62,8 @@ TEST(BenchCli, PredictionOnTheSimLinkIsTheEnginesSimulatedClock) {
   // Which link the prediction runs is said (here the same one; on a disk or emulated link not).
   EXPECT_THAT(r.output, HasSubstr("--predict simulates the profile's link (22.900 GB/s"));
   EXPECT_THAT(r.output, HasSubstr("not --link sim:rtx4090-olmoe's"));
+  // The profile's experts (OLMoE-1B-7B's, 12 MiB) are not this small model's: said.
+  EXPECT_THAT(r.output, HasSubstr("the profile's experts are 12.0 MiB each, this model's"));
   const json doc = read_json(out);
   EXPECT_EQ(doc.at("predicted_by"), "rtx4090-olmoe");
   int compared = 0;
