@@ -138,6 +138,7 @@ std::vector<KlRow> kl_divergence(engine::Engine& exact, std::span<engine::Engine
     // Per token the configuration routed; under speculative decoding per committed token (the
     // verification blocks route more positions than they commit).
     const double per = spec[c] ? static_cast<double>(scored) : routed;
+    r.copies_per = static_cast<int64_t>(per);
     r.demand_per_token = per > 0 ? static_cast<double>(d.logical_demand) / per : 0;
     r.prefetch_per_token = per > 0 ? static_cast<double>(d.logical_prefetch) / per : 0;
     if (spec[c]) {
@@ -168,6 +169,7 @@ nlohmann::json kl_json(std::span<const KlRow> rows) {
          {"exact_perplexity", r.exact_perplexity},
          {"top1_agreement", r.top1_agreement},
          {"replaced_fraction", r.replaced_fraction},
+         {"copies_over_tokens", r.copies_per},
          {"copies_per_token",
           {{"demand", r.demand_per_token},
            {"prefetch", r.prefetch_per_token},

@@ -36,6 +36,9 @@ struct KlRow {
   std::string policy;  // canonical policy string
   int cache = 0;
   int64_t tokens = 0;   // scored tokens
+  // The tokens copies_per_token divides by: every routed token (a window's last is routed but
+  // not scored), or under a drafter the scored (committed) ones.
+  int64_t copies_per = 0;
   int64_t windows = 0;  // repetitions for the interval
   double kl_mean = 0;   // nats per token
   double kl_ci_low = 0, kl_ci_high = 0;  // 95% t interval over per-window means

@@ -69,8 +69,12 @@ TEST(Sweep, RunsEveryPointMergesAndResumes) {
   EXPECT_EQ(kl.at("schema"), "steermoe.kl/1");
   EXPECT_EQ(bench.at("schema"), "steermoe.bench/1");
   std::set<std::pair<std::string, int>> kl_points, bench_points;
-  for (const json& c : kl.at("configurations"))
+  for (const json& c : kl.at("configurations")) {
     kl_points.emplace(c.at("policy").get<std::string>(), c.at("cache").get<int>());
+    // copies_per_token is over the routed tokens: each window's scored ones and its first.
+    EXPECT_EQ(c.at("copies_over_tokens").get<int64_t>(),
+              c.at("tokens").get<int64_t>() + c.at("windows").get<int64_t>());
+  }
   int resident = 0;
   for (const json& c : bench.at("configurations")) {
     if (c.at("resident").get<bool>()) {
