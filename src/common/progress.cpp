@@ -102,11 +102,13 @@ void Progress::report(bool final_line) {
   }
   std::fflush(stderr);
   printed_ = true;
+  printed_done_ = done_;
 }
 
 void Progress::finish() {
   if (finished_) return;
-  if (printed_) report(true);
+  // A log (not a terminal) that already has the last count's line would get it twice.
+  if (printed_ && (tty_ || printed_done_ != done_)) report(true);
   finished_ = true;
 }
 

@@ -45,6 +45,7 @@ class Progress {
   int64_t total_ = 0, done_ = 0;
   Clock::time_point start_, last_print_;
   bool tty_ = false, printed_ = false, finished_ = false;
+  int64_t printed_done_ = -1;  // the count of the last line printed
   size_t last_width_ = 0;
 };
 

@@ -2,7 +2,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 
 #include "common/error.hpp"
 #include "common/json_input.hpp"
@@ -70,6 +72,23 @@ TEST(Progress, LineHasRateAndEta) {
   EXPECT_THAT(line, HasSubstr("50 tokens/s"));
   EXPECT_THAT(line, HasSubstr("ETA 15s"));
   set_progress_quiet(false);
+}
+
+// In a log (stderr not a terminal), the last count's line is printed once: finish() repeated
+// it when advance() had just printed it (make-model's "634/634 MiB (100.0%)" twice).
+TEST(Progress, FinalLineIsNotRepeatedInALog) {
+  ::testing::internal::CaptureStderr();
+  {
+    Progress p("write", 10, "items");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2100));  // past the quiet start
+    p.advance(10);
+    p.finish();
+  }
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  const std::string line = "write: 10/10 items (100.0%)";
+  const size_t first = err.find(line);
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_EQ(err.find(line, first + 1), std::string::npos) << err;
 }
 
 // A pool whose constructor cannot start a thread joins the ones it started and throws a clear
