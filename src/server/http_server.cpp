@@ -403,8 +403,14 @@ struct HttpServer::Impl {
     for (const std::string& stop : chat_stops) r.options.stop.push_back(stop);
     const std::string prompt_text = render_chat(r);
     check_text_fits(prompt_text, limits, "messages");
-    std::vector<int32_t> ids = check_prompt(
-        tok.encode(prompt_text, {.parse_special = true, .add_special = false}), limits, "messages");
+    std::vector<int32_t> ids =
+        tok.encode(prompt_text, {.parse_special = true, .add_special = false});
+    // A model that asks for BOS gets it, once, whether or not its template writes it (as
+    // llama-server tokenizes a chat prompt); EOS is never appended to a prompt to continue.
+    if (const auto bos = tok.bos();
+        bos && tok.vocabulary().add_bos && (ids.empty() || ids[0] != *bos))
+      ids.insert(ids.begin(), *bos);
+    ids = check_prompt(std::move(ids), limits, "messages");
     // Without max_tokens the answer may fill what the context leaves (at least one token).
     if (!r.max_tokens_given) {
       r.options.max_tokens = std::max(1, limits.context - static_cast<int>(ids.size()));

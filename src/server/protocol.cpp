@@ -229,12 +229,16 @@ json parse_messages(const json& v) {
           check_text(x.get<std::string>(), where + ".content");
           out["content"] = x;
         } else if (x.is_array()) {
+          // Parts joined by a newline, as vLLM and llama-server join them.
           std::string text;
+          bool first_part = true;
           for (const json& part : x) {
             if (!part.is_object() || !part.contains("type") || part["type"] != "text" ||
                 !part.contains("text") || !part["text"].is_string()) {
               bad(where + ".content", "content parts must be {\"type\": \"text\", \"text\": ...}");
             }
+            if (!first_part) text += '\n';
+            first_part = false;
             text += part["text"].get<std::string>();
           }
           check_text(text, where + ".content");

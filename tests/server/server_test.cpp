@@ -554,15 +554,18 @@ TEST(Server, ChatLogprobsAndTemplate) {
       "{% if add_generation_prompt %}[assistant] {% endif %}";
   Running r(o);
   int status = 0;
-  const json res = post(r, "/v1/chat/completions",
-                        {{"messages",
-                          {{{"role", "system"}, {"content", "Be brief."}},
-                           {{"role", "user"}, {"content", {{{"type", "text"}, {"text", "Hi"}}}}}}},
-                         {"max_tokens", 5},
-                         {"temperature", 0},
-                         {"logprobs", true},
-                         {"top_logprobs", 3}},
-                        &status);
+  const json res =
+      post(r, "/v1/chat/completions",
+           {{"messages",
+             {{{"role", "system"}, {"content", "Be brief."}},
+              {{"role", "user"},
+               {"content",
+                {{{"type", "text"}, {"text", "Hi"}}, {{"type", "text"}, {"text", "there"}}}}}}},
+            {"max_tokens", 5},
+            {"temperature", 0},
+            {"logprobs", true},
+            {"top_logprobs", 3}},
+           &status);
   ASSERT_EQ(status, 200) << dump(res);
   const json& content = res["choices"][0]["logprobs"]["content"];
   ASSERT_FALSE(content.empty());
@@ -571,7 +574,9 @@ TEST(Server, ChatLogprobsAndTemplate) {
     EXPECT_TRUE(t["logprob"].is_number());
   }
   // The prompt the template rendered: usage counts its tokens.
-  const auto rendered = shared().tok->encode("[system] Be brief.\n[user] Hi\n[assistant] ", {});
+  // Text parts are joined by a newline (vLLM's and llama-server's join; they were run together).
+  const auto rendered =
+      shared().tok->encode("[system] Be brief.\n[user] Hi\nthere\n[assistant] ", {});
   EXPECT_EQ(res["usage"]["prompt_tokens"], rendered.size());
   // A template error (raise_exception) is a 400.
   ServerOptions o2;
@@ -581,6 +586,31 @@ TEST(Server, ChatLogprobsAndTemplate) {
                         {{"messages", {{{"role", "user"}, {"content", "x"}}}}}, &status);
   EXPECT_EQ(status, 400);
   EXPECT_NE(bad["error"]["message"].get<std::string>().find("no system role"), std::string::npos);
+}
+
+// A model whose tokenizer asks for BOS gets it at the start of a chat prompt once, whether or
+// not the template writes it (llama-server's rule; it was missing when the template did not).
+TEST(Server, ChatPromptStartsWithOneBosWhenTheModelAsksForIt) {
+  Shared& s = shared();
+  tokenizer::Vocabulary v = s.tok->vocabulary();
+  if (!v.bos_id) v.bos_id = 0;
+  v.add_bos = true;
+  const tokenizer::Tokenizer tok(v);
+  for (const std::string& head : {std::string(), std::string("{{ bos_token }}")}) {
+    ServerOptions o;
+    o.worker.engine.offload = engine::resolve_offload(*s.model, {});
+    o.chat_template = head + "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}";
+    Running r(*s.model, tok, o);
+    int status = 0;
+    const json res = post(r, "/v1/chat/completions",
+                          {{"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                           {"max_tokens", 1},
+                           {"add_generation_prompt", false}},
+                          &status);
+    ASSERT_EQ(status, 200) << dump(res);
+    const auto body = tok.encode("[user] Hi\n", {});
+    EXPECT_EQ(res["usage"]["prompt_tokens"], body.size() + 1) << "template head '" << head << "'";
+  }
 }
 
 // A compressed body is refused as such (415, with the encoding named), not as bad JSON.
