@@ -63,7 +63,9 @@ void add_convert_command(CLI::App& root) {
     std::string example;
     auto choose = [&](const model::TensorSlot& s, model::DType stored) {
       if (s.f32_only) return model::DType::kF32;
-      if (s.vector()) return stored;
+      // GGUF keeps 1-D tensors (norms, biases) in F32, as llama.cpp's converter writes them:
+      // its kernels add and multiply them only as F32 (a BF16 norm aborted llama-server).
+      if (s.vector()) return to_gguf ? model::DType::kF32 : stored;
       if (forced) return *forced;
       const bool storable =
           stored != model::DType::kF8E4M3 && (to_gguf || !model::dtype_is_quantized(stored));
@@ -78,7 +80,7 @@ void add_convert_command(CLI::App& root) {
                                                        : model::WeightFormat::kSafetensors)) {
       const model::DType stored = model::stored_dtype(*model, s);
       const model::DType chosen = choose(s, stored);
-      if (!forced && chosen != stored) ++changed;
+      if (!forced && chosen != stored && !s.vector()) ++changed;
       if (!s.vector() && !s.f32_only && s.role != model::Role::kRouter) matrix_types.insert(chosen);
     }
     if (changed > 0) {

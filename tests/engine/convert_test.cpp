@@ -138,7 +138,7 @@ TEST(MakeModel, SmallRandomModelsOfEveryFamilyRoundTrip) {
 }
 
 // Hybrid families: the round trip keeps every matrix bit-identical but not A_log (stored as
-// -exp(A_log) in GGUF) nor the (1 + w) norms' dtype, so logits agree within rounding.
+// -exp(A_log) in GGUF) nor the vectors' dtype (F32 in GGUF), so logits agree within rounding.
 TEST(MakeModel, SmallHybridModelsRoundTripWithinRounding) {
   for (const auto& [arch, shape] : std::vector<std::pair<std::string, std::string>>{
            {"qwen35moe", "qwen35moe-small"}, {"qwen3next", "qwen3next-small"}}) {
@@ -150,8 +150,10 @@ TEST(MakeModel, SmallHybridModelsRoundTripWithinRounding) {
     ASSERT_EQ(a.size(), b.size());
     for (const auto& [name, t] : a) {
       ASSERT_TRUE(b.count(name)) << name;
-      if (t.shape.size() >= 2 && name.find("conv1d") == std::string::npos) {
-        EXPECT_EQ(t, b.at(name)) << name;  // matrices: bytes kept
+      // Matrices keep their bytes; a 1 x n gate (shared_expert_gate) is a vector in GGUF, F32
+      // there as every vector, so it comes back in F32.
+      if (t.shape.size() >= 2 && t.shape[0] > 1 && name.find("conv1d") == std::string::npos) {
+        EXPECT_EQ(t, b.at(name)) << name;
       }
     }
     const std::vector<float> l1 = logits(hf), l2 = logits(gguf), l3 = logits(back);
@@ -191,6 +193,28 @@ TEST(Convert, FileTypeSurvivesRoundTrips) {
   const fs::path f16 = temp("ft_f16.gguf");
   ASSERT_EQ(run_cli("convert -m " + q.string() + " -o " + f16.string() + " --dtype f16"), 0);
   EXPECT_EQ(file_type(f16), std::optional<uint64_t>(1));
+}
+
+// GGUF keeps 1-D tensors (norms) in F32 whatever the source's type, as llama.cpp's converter
+// does: the shipped model's BF16 norms written as BF16 aborted llama.cpp at its first forward.
+TEST(Convert, GgufNormsAreF32) {
+  const fs::path out = temp("norms_f32.gguf");
+  ASSERT_EQ(run_cli("convert -m " +
+                    (fs::path(STEERMOE_SOURCE_DIR) / "models" / "steer-olmoe-small").string() +
+                    " -o " + out.string()),
+            0);
+  const model::GgufFile f = model::GgufFile::open(out);
+  int vectors = 0, matrices_bf16 = 0;
+  for (const auto& info : f.tensor_infos()) {
+    if (info.ne.size() == 1) {
+      ++vectors;
+      EXPECT_EQ(info.type_name, "F32") << info.name;
+    } else if (info.type_name == "BF16") {
+      ++matrices_bf16;
+    }
+  }
+  EXPECT_GT(vectors, 0);
+  EXPECT_GT(matrices_bf16, 0);  // the matrices keep their type
 }
 
 TEST(MakeModel, AnUpperCaseGgufExtensionIsAGgufFile) {
