@@ -384,11 +384,29 @@ struct HttpServer::Impl {
     ctx["add_generation_prompt"] = r.add_generation_prompt;
     ctx["bos_token"] = bos_text;
     ctx["eos_token"] = eos_text;
+    std::string text;
     try {
-      return chat_template.render(ctx);
+      text = chat_template.render(ctx);
     } catch (const jinja::TemplateError& e) {
       throw ApiError(400, std::string("chat template: ") + e.what(), "messages");
     }
+    if (r.continue_final_message) {
+      // The prompt ends where the last message's text ends (what the template writes after it
+      // closes the turn), as HF's apply_chat_template(continue_final_message=True) cuts it.
+      // Stripped of surrounding white space first, as HF strips it (templates often do).
+      std::string last = r.messages.back()["content"].get<std::string>();
+      const size_t b = last.find_first_not_of(" \t\r\n");
+      last = b == std::string::npos ? std::string()
+                                    : last.substr(b, last.find_last_not_of(" \t\r\n") - b + 1);
+      const size_t at = last.empty() ? std::string::npos : text.rfind(last);
+      if (at == std::string::npos)
+        throw ApiError(400,
+                       "continue_final_message: the chat template does not write the last "
+                       "message's text as given, so the prompt cannot end inside it",
+                       "continue_final_message");
+      text.resize(at + last.size());
+    }
+    return text;
   }
 
   http::Response chat(http::Request& req) {

@@ -444,6 +444,7 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
   ChatRequest r;
   SamplingOptions& o = r.options;
   bool have_messages = false;
+  bool add_generation_prompt_given = false;
   bool have_top = false;
   bool completion_tokens_given = false;
   for (const auto& [key, v] : body.items()) {
@@ -482,6 +483,9 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
       if (!v.is_null() && v != json::array({"text"})) bad(key, "only 'modalities' [\"text\"]");
     } else if (key == "add_generation_prompt") {
       r.add_generation_prompt = get_bool(v, key);
+      add_generation_prompt_given = true;
+    } else if (key == "continue_final_message") {
+      r.continue_final_message = get_bool(v, key);
     } else if (key == "response_format") {
       if (!v.is_null() && !(v.is_object() && v.value("type", "") == "text")) {
         bad(key, "only 'response_format' {\"type\": \"text\"} is supported");
@@ -491,6 +495,19 @@ ChatRequest parse_chat(const json& body, const ProtocolLimits& limits) {
     }
   }
   if (!have_messages) bad("messages", "'messages' is required");
+  if (r.continue_final_message) {
+    // vLLM's rules: the last message is the assistant's to continue, and no new turn opens.
+    if (add_generation_prompt_given && r.add_generation_prompt)
+      bad("continue_final_message",
+          "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    r.add_generation_prompt = false;
+    if (r.messages.empty() || r.messages.back().value("role", "") != "assistant" ||
+        !r.messages.back()["content"].is_string() ||
+        r.messages.back()["content"].get<std::string>().find_first_not_of(" \t\r\n") ==
+            std::string::npos)
+      bad("continue_final_message",
+          "'continue_final_message' needs a last message from the assistant with text content");
+  }
   check_stream_options(r.extras);
   if (have_top && !r.logprobs) bad("top_logprobs", "'top_logprobs' needs 'logprobs': true");
   if (!r.max_tokens_given) {

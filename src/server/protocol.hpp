@@ -77,6 +77,9 @@ struct ChatRequest {
   json tools;                     // null or the request's tools (passed to the template)
   json template_kwargs = json::object();  // chat_template_kwargs
   bool add_generation_prompt = true;
+  // vLLM's continue_final_message: the prompt ends inside the last (assistant) message, so the
+  // answer continues it (a prefill) instead of starting a new turn.
+  bool continue_final_message = false;
   SamplingOptions options;
   bool logprobs = false;
   int top_logprobs = 0;

@@ -588,6 +588,39 @@ TEST(Server, ChatLogprobsAndTemplate) {
   EXPECT_NE(bad["error"]["message"].get<std::string>().find("no system role"), std::string::npos);
 }
 
+// continue_final_message (vLLM's assistant prefill): the prompt ends inside the last message, so
+// the answer continues it; with add_generation_prompt also true, or without an assistant message
+// last, a 400 (it had been refused as an unknown field).
+TEST(Server, ContinueFinalMessageEndsThePromptInsideIt) {
+  ServerOptions o;
+  o.chat_template =
+      "{% for m in messages %}[{{ m.role }}] {{ m.content }}</s>\n{% endfor %}"
+      "{% if add_generation_prompt %}[assistant] {% endif %}";
+  Running r(o);
+  const json user = {{"role", "user"}, {"content", "Write a haiku."}};
+  const json prefill = {{"role", "assistant"}, {"content", "Autumn moonlight "}};
+  int status = 0;
+  const json res = post(r, "/v1/chat/completions",
+                        {{"messages", {user, prefill}},
+                         {"max_tokens", 2},
+                         {"temperature", 0},
+                         {"continue_final_message", true}},
+                        &status);
+  ASSERT_EQ(status, 200) << dump(res);
+  const auto expected =
+      shared().tok->encode("[user] Write a haiku.</s>\n[assistant] Autumn moonlight", {});
+  EXPECT_EQ(res["usage"]["prompt_tokens"], expected.size());
+  post(r, "/v1/chat/completions",
+       {{"messages", {user, prefill}},
+        {"continue_final_message", true},
+        {"add_generation_prompt", true}},
+       &status);
+  EXPECT_EQ(status, 400);
+  post(r, "/v1/chat/completions", {{"messages", {user}}, {"continue_final_message", true}},
+       &status);
+  EXPECT_EQ(status, 400);
+}
+
 // A model whose tokenizer asks for BOS gets it at the start of a chat prompt once, whether or
 // not the template writes it (llama-server's rule; it was missing when the template did not).
 TEST(Server, ChatPromptStartsWithOneBosWhenTheModelAsksForIt) {
