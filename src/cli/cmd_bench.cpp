@@ -314,6 +314,13 @@ void run_bench_cli(const BenchCli& o) {
       fail(o.scores_from, "weights_scores.npy",
            "expected the execution weights' scores a sigmoid-router trace records (`steermoe "
            "trace` writes them)");
+    if (score_trace->meta().n_group != cfg.n_group ||
+        score_trace->meta().topk_group != cfg.topk_group)
+      std::fprintf(stderr,
+                   "bench: note: %s was routed in %d groups keeping %d, the model routes in %d "
+                   "keeping %d: the policies select by the model's rule from the trace's scores\n",
+                   o.scores_from.c_str(), score_trace->meta().n_group,
+                   score_trace->meta().topk_group, cfg.n_group, cfg.topk_group);
     if (score_trace->layers() != cfg.moe_layer_count())
       std::fprintf(stderr,
                    "bench: note: %s has %d MoE layers, the model %d: model layer m takes trace "

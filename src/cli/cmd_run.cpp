@@ -189,9 +189,9 @@ void add_run_command(CLI::App& root) {
     // this text reaches (a verification writes k + 1 past the committed ones), not all of -c.
     const int64_t reached = static_cast<int64_t>(prompt.size()) + o->n_predict +
                             (o->spec.draft.empty() ? 0 : o->spec.draft_k + 1);
-    check_fits(budget, *model, offload,
-               static_cast<int>(std::min<int64_t>(
-                   reached, engine::resolve_context(model->config(), o->context))));
+    const int context = engine::resolve_context(model->config(), o->context);
+    check_fits(budget, *model, offload, static_cast<int>(std::min<int64_t>(reached, context)),
+               reached < context ? "-n (or the prompt)" : "-c");
     warn_past_trained_context(model->config(), o->context);
     engine::Engine engine(*model, engine_params(o->engine, offload, o->threads, o->context));
     if (static_cast<int>(prompt.size()) + o->n_predict > engine.context()) {

@@ -166,12 +166,12 @@ void warn_past_trained_context(const model::ModelConfig& config, int context, co
 }
 
 void check_fits(const std::optional<MemoryBudget>& budget, const model::Model& model,
-                const schedule::OffloadConfig& offload, int context) {
+                const schedule::OffloadConfig& offload, int context, const char* kv_sized_by) {
   if (!budget) return;
   const model::ModelConfig& cfg = model.config();
   const int positions = engine::resolve_context(cfg, context);
   engine::check_memory_budget(engine::plan_memory(model, offload, positions), offload,
-                              budget->limit_bytes(), cfg.top_k, cfg.experts);
+                              budget->limit_bytes(), cfg.top_k, cfg.experts, kv_sized_by);
 }
 
 std::string memory_report(const std::optional<MemoryBudget>& budget) {

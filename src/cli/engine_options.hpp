@@ -71,7 +71,8 @@ void warn_past_trained_context(const model::ModelConfig& config, int context,
 // With a budget: throws a clear error when the engine for `offload` at `context` positions
 // cannot fit (engine/memory_plan.hpp), naming the parts and the largest --cache that would.
 void check_fits(const std::optional<MemoryBudget>& budget, const model::Model& model,
-                const schedule::OffloadConfig& offload, int context);
+                const schedule::OffloadConfig& offload, int context,
+                const char* kv_sized_by = "-c");
 
 // "peak RSS 1.2 GiB, cgroup peak 2.4 GiB of 3.0 GiB" (stderr, at the end of a command).
 std::string memory_report(const std::optional<MemoryBudget>& budget);

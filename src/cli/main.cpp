@@ -74,7 +74,8 @@ std::string not_understood(CLI::App& app, int argc, char** argv) {
     if (command == nullptr) {
       std::string close;
       for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; }))
-        if (name_distance(first, sub->get_name()) <= 2)
+        // Two edits turn any two letters into `kl`: short names get one.
+        if (name_distance(first, sub->get_name()) <= (first.size() <= 3 ? 1u : 2u))
           close += (close.empty() ? "; did you mean " : " or ") + sub->get_name();
       return "unknown command '" + std::string(first) + "'" + (close.empty() ? "" : close + "?") +
              " (steermoe --help lists them)";

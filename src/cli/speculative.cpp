@@ -13,7 +13,8 @@ namespace steermoe::cli {
 
 void add_speculative_options(CLI::App* cmd, SpecOptions& o) {
   // The synthetic drafter proposes the text's next token: only the teacher-forced commands.
-  const bool teacher_forced = cmd->get_name() == "bench" || cmd->get_name() == "kl";
+  const bool teacher_forced =
+      cmd->get_name() == "bench" || cmd->get_name() == "kl" || cmd->get_name() == "score";
   cmd->add_option(
       "--draft", o.draft,
       "Speculative decoding: a drafter model sharing the target's vocabulary (e.g. "

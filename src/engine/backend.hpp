@@ -72,6 +72,7 @@ class ComputeBackend {
   virtual int threads() const = 0;
   // KV memory of positions from `position` on back to the system (none by default).
   virtual void release_kv(int /*position*/) {}
+  virtual size_t kv_resident_bytes() const { return 0; }
 };
 
 }  // namespace steermoe::engine

@@ -112,8 +112,17 @@ void Engine::release_kv_beyond(int positions) {
   kv_high_ = positions;
 }
 
+void Engine::end_sequence(int keep_positions) {
+  kv_high_ = std::max(kv_high_, pos_);
+  pos_ = 0;
+  mark_pos_ = -1;
+  ended_ = true;
+  release_kv_beyond(keep_positions);
+}
+
 void Engine::reset() {
   kv_high_ = std::max(kv_high_, pos_);
+  ended_ = false;
   pos_ = 0;
   mark_pos_ = -1;
   cache_->begin_request();
@@ -203,6 +212,8 @@ void Engine::forward(std::span<const int32_t> tokens, std::span<float> all_logit
   // before its next forward pass with status 130, not after its last. Only the CLI's handler
   // sets the flag (serve and the Python module keep their own), so nothing else sees it.
   check_interrupt();
+  if (ended_)
+    fail("engine", "forward", "expected reset() after end_sequence(): the sequence is over");
   const int n = static_cast<int>(tokens.size());
   SM_ASSERT(n >= 1 && n <= params_.max_batch);
   for (int32_t t : tokens) check_token(t);

@@ -103,8 +103,14 @@ class Engine : private schedule::LayerDriver {
   // Between sequences: the KV memory past `positions` goes back to the system when the sequences
   // since the last call reached beyond it (a server keeps only what its longest recent request
   // needs, not the high-water mark of its longest ever). Bits never change: attention reads only
-  // positions the sequence wrote.
+  // positions the sequence wrote. The current sequence's positions are kept.
   void release_kv_beyond(int positions);
+  // The current sequence is over (a server's request has been answered): its KV memory past
+  // `keep_positions` goes back to the system at once, and decode / prefill are refused until
+  // reset() starts the next sequence.
+  void end_sequence(int keep_positions);
+  // KV memory committed now (what end_sequence gives back; 0 where the backend cannot tell).
+  size_t kv_resident_bytes() const { return backend_->kv_resident_bytes(); }
 
   // Feeds one token at position(); returns the logits [vocab] (valid until the next call).
   std::span<const float> decode(int32_t token);
@@ -166,6 +172,7 @@ class Engine : private schedule::LayerDriver {
   int pos_ = 0;
   int mark_pos_ = -1;  // position at mark_rollback(), -1 without a mark
   int kv_high_ = 0;    // the furthest KV position written since the last release_kv_beyond
+  bool ended_ = false;  // end_sequence() called: no forward pass before reset()
   std::unique_ptr<ComputeBackend> backend_;
   std::unique_ptr<ExpertCache> cache_;
   std::vector<int> moe_layers_;                   // [MoE layers] -> model layer

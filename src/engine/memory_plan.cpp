@@ -59,15 +59,15 @@ std::string describe(const MemoryPlan& p, int cache_slots) {
 }
 
 void check_memory_budget(const MemoryPlan& p, const schedule::OffloadConfig& offload,
-                         uint64_t budget, int top_k, int experts) {
+                         uint64_t budget, int top_k, int experts, const char* kv_sized_by) {
   if (p.total() <= budget) return;
   const std::string parts = describe(p, offload.cache_slots);
   const uint64_t fixed = p.total() - p.slot_bytes;
   // The KV cache is what -c sizes: named when it is a large part of what did not fit.
-  const std::string kv_hint =
-      p.kv_bytes >= p.total() / 4
-          ? fmt::format(" (the KV cache of {} is a large part: lower -c)", bytes_text(p.kv_bytes))
-          : std::string();
+  const std::string kv_hint = p.kv_bytes >= p.total() / 4
+                                  ? fmt::format(" (the KV cache of {} is a large part: lower {})",
+                                                bytes_text(p.kv_bytes), kv_sized_by)
+                                  : std::string();
   if (p.slot_bytes_per_c == 0) {
     if (p.total() - p.in_place_bytes > budget)
       fail("--mem-limit", "budget",

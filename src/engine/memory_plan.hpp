@@ -33,8 +33,11 @@ MemoryPlan plan_memory(const model::Model& model, const schedule::OffloadConfig&
 
 // Throws steermoe::Error ("--mem-limit", ...) when `plan` exceeds `budget_bytes`, naming each
 // part and the largest --cache that fits (or that none does, and why).
+// `kv_sized_by`: the option that sets the KV cache's positions, named when it is a large part
+// (-c; run's budget counts its prompt and -n instead).
 void check_memory_budget(const MemoryPlan& plan, const schedule::OffloadConfig& offload,
-                         uint64_t budget_bytes, int top_k, int experts);
+                         uint64_t budget_bytes, int top_k, int experts,
+                         const char* kv_sized_by = "-c");
 
 // "non-expert 1.1 GiB + slots 0.8 GiB (C 16) + KV 12 MiB + overhead 256 MiB = 2.2 GiB".
 std::string describe(const MemoryPlan& plan, int cache_slots);

@@ -103,6 +103,8 @@ class Ops {
   // The KV memory of positions from `position` on back to the system (host memory committed
   // as written; a device's is allocated whole, so nothing to give back by default).
   virtual void release_kv(int /*position*/) {}
+  // Bytes of KV memory committed now (host memory; 0 where not known).
+  virtual size_t kv_resident_bytes() const { return 0; }
   virtual float* kv_keys(int layer) = 0;    // position 0 of the layer's keys
   virtual float* kv_values(int layer) = 0;  // position 0 of the layer's values
   // Makes a model weight usable by the ops (CUDA: uploads it). Throws steermoe::Error for a

@@ -44,6 +44,7 @@ class OpsBackend : public ComputeBackend {
   std::span<const float> logits() const final;
   int threads() const final { return ops_->threads(); }
   void release_kv(int position) final { ops_->release_kv(position); }
+  size_t kv_resident_bytes() const final { return ops_->kv_resident_bytes(); }
 
  protected:
   // Prepares every non-expert weight of `model` on the ops, allocates the activations, the KV

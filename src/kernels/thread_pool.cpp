@@ -199,6 +199,36 @@ void ThreadPool::worker() {
   }
 }
 
+namespace {
+
+// This process's CPU quota in whole cores (0: none or unknown), from its cgroup (v2 or v1).
+int process_cpu_quota_cores() {
+  std::ifstream groups("/proc/self/cgroup");
+  std::string line;
+  while (std::getline(groups, line)) {
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    if (controllers.empty()) {  // v2: "0::/path", cpu.max holds "QUOTA PERIOD" or "max PERIOD"
+      std::ifstream in("/sys/fs/cgroup" + path + "/cpu.max");
+      std::string quota;
+      int64_t period = 0;
+      if (in >> quota >> period && quota != "max")
+        return cpu_quota_cores(std::stoll(quota), period);
+    } else if (("," + controllers + ",").find(",cpu,") != std::string::npos) {  // v1
+      for (const char* dir : {"/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpu,cpuacct"}) {
+        std::ifstream q(std::string(dir) + path + "/cpu.cfs_quota_us");
+        std::ifstream p(std::string(dir) + path + "/cpu.cfs_period_us");
+        int64_t quota = 0, period = 0;
+        if (q >> quota && p >> period) return cpu_quota_cores(quota, period);
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 int physical_core_count() {
   cpu_set_t allowed;
   CPU_ZERO(&allowed);
@@ -214,7 +244,14 @@ int physical_core_count() {
     std::string siblings;
     cores.insert(std::getline(in, siblings) ? siblings : "cpu" + std::to_string(cpu));
   }
-  return std::max(1, static_cast<int>(cores.empty() ? cpus : cores.size()));
+  int count = std::max(1, static_cast<int>(cores.empty() ? cpus : cores.size()));
+  if (const int quota = process_cpu_quota_cores(); quota > 0) count = std::min(count, quota);
+  return count;
+}
+
+int cpu_quota_cores(int64_t quota_us, int64_t period_us) {
+  if (quota_us <= 0 || period_us <= 0) return 0;
+  return static_cast<int>((quota_us + period_us - 1) / period_us);
 }
 
 }  // namespace steermoe::kernels

@@ -56,7 +56,11 @@ class ScratchArena {
 // The physical cores this process may run on (its affinity mask; hyperthreads of one core count
 // once, as a bandwidth-bound decode gains nothing from a core's second thread): the default
 // thread count of `run` and `serve`, as llama.cpp's. At least 1.
+// Within a CPU quota (cgroup v2 cpu.max, v1 cpu.cfs_quota_us / cpu.cfs_period_us: `docker
+// --cpus`, Kubernetes limits) at most the quota's whole cores, rounded up.
 int physical_core_count();
+// Whole cores a quota allows, rounded up: "max" or a quota <= 0 is none (0).
+int cpu_quota_cores(int64_t quota_us, int64_t period_us);
 
 class ThreadPool {
  public:

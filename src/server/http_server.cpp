@@ -393,12 +393,15 @@ struct HttpServer::Impl {
     if (r.continue_final_message) {
       // The prompt ends where the last message's text ends (what the template writes after it
       // closes the turn), as HF's apply_chat_template(continue_final_message=True) cuts it.
-      // Stripped of surrounding white space first, as HF strips it (templates often do).
-      std::string last = r.messages.back()["content"].get<std::string>();
-      const size_t b = last.find_first_not_of(" \t\r\n");
-      last = b == std::string::npos ? std::string()
-                                    : last.substr(b, last.find_last_not_of(" \t\r\n") - b + 1);
+      // HF's rule: found stripped of surrounding white space (templates often strip it), and
+      // its trailing white space kept where the template kept it.
+      const std::string whole = r.messages.back()["content"].get<std::string>();
+      const size_t b = whole.find_first_not_of(" \t\r\n");
+      const std::string lstripped = b == std::string::npos ? std::string() : whole.substr(b);
+      std::string last = lstripped.substr(0, lstripped.find_last_not_of(" \t\r\n") + 1);
       const size_t at = last.empty() ? std::string::npos : text.rfind(last);
+      if (at != std::string::npos && text.compare(at, lstripped.size(), lstripped) == 0)
+        last = lstripped;
       if (at == std::string::npos)
         throw ApiError(400,
                        "continue_final_message: the chat template does not write the last "
@@ -602,7 +605,12 @@ struct HttpServer::Impl {
       }
       return json_response(200, model_object());
     });
-    get("/health", true, [](http::Request&) { return json_response(200, {{"status", "ok"}}); });
+    // While draining a load balancer should route elsewhere: 503, as llama-server's /health
+    // answers while it cannot take requests.
+    get("/health", true, [this](http::Request&) {
+      return worker.draining() ? json_response(503, {{"status", "shutting down"}})
+                               : json_response(200, {{"status", "ok"}});
+    });
     for (const char* p : {"/tokenize", "/v1/tokenize"}) {
       post(p, [this](http::Request& r) { return tokenize(r); });
     }

@@ -171,8 +171,11 @@ void Worker::run(Job& job) {
           engine, tok_, options_.engine.max_batch, job,
           [this](const engine::Engine& e, bool final) { take_view(e, final); },
           options_.drafting);
-      // A long request's KV pages go back to the system (kept: what short requests use).
-      engine.release_kv_beyond(kKeptKvPositions);
+      // A long request's KV pages go back to the system now, not at the next request (kept:
+      // what short requests use); the drafter's too.
+      engine.end_sequence(kKeptKvPositions);
+      if (options_.drafting.drafter != nullptr)
+        options_.drafting.drafter->end_sequence(kKeptKvPositions);
     } catch (const std::exception& e) {
       std::lock_guard lock(job.mu);
       job.error = e.what();

@@ -99,7 +99,8 @@ TEST(CliHelp, DefaultsShownAreTheOnesUsed) {
     ASSERT_EQ(r.status, 0) << command;
     EXPECT_EQ(r.output.find("=[]"), std::string::npos) << command << "\n" << r.output;
     const bool synthetic = r.output.find("synthetic:A") != std::string::npos;
-    EXPECT_EQ(synthetic, std::string(command) == "bench" || std::string(command) == "kl")
+    EXPECT_EQ(synthetic, std::string(command) == "bench" || std::string(command) == "kl" ||
+                             std::string(command) == "score")
         << command;
   }
   EXPECT_NE(run_cli("serve --help").output.find("--http-threads INT:INT in [0 - 256]=2"),
@@ -219,6 +220,8 @@ TEST(CliErrors, WhatWasNotUnderstoodIsNamedUpFront) {
       {"run " + m + " --mem-limit ''", "--mem-limit: expected a byte count"},
       {"run " + m + " --mem-limit 0x80000000", "found '0x80000000'"},
   };
+  // Two letters are two edits from `kl`: no suggestion for them.
+  EXPECT_EQ(run_cli("xx").output.find("did you mean"), std::string::npos);
   for (const Case& c : cases) {
     const auto r = run_cli(c.args);
     EXPECT_EQ(r.status, 1) << c.args << ": " << r.output;
@@ -503,6 +506,11 @@ TEST(CliBudget, EveryEngineCommandHonoursTheMemoryLimit) {
       run_cli("run -m " + kSmall.string() + " -p hi -n 4 --temp 0 -c 200000 --mem-limit 600M");
   EXPECT_EQ(long_c.status, 0) << long_c.output;
   EXPECT_NE(long_c.output.find("cgroup peak"), std::string::npos) << long_c.output;
+  // Where run's KV does not fit, it is -n that sizes it, and the refusal says so.
+  const auto long_n =
+      run_cli("run -m " + kSmall.string() + " -p hi -n 20000 --temp 0 -c 32768 --mem-limit 350M");
+  EXPECT_EQ(long_n.status, 1) << long_n.output;
+  EXPECT_NE(long_n.output.find("is a large part: lower -n"), std::string::npos) << long_n.output;
   // A budget above the machine's memory bounds nothing: said.
   const auto huge = run_cli("run -m " + kSmall.string() + " -p hi -n 1 --mem-limit 100T");
   EXPECT_NE(huge.output.find("is more than this machine's"), std::string::npos) << huge.output;

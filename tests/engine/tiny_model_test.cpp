@@ -20,6 +20,7 @@
 #include "../isa_guard.hpp"
 #include "../json_test_util.hpp"
 #include "../pregate_check.hpp"
+#include "common/error.hpp"
 #include "engine/engine.hpp"
 #include "engine/kv_cache.hpp"
 #include "engine/sampler.hpp"
@@ -173,8 +174,12 @@ TEST(KvRelease, PagesGoBackAndBitsStay) {
     EXPECT_EQ(std::memcmp(expected.data(), after_release.data(), expected.size() * sizeof(float)),
               0);
   }
+  // A server's request answered: the pages past 4 go at once, and nothing runs before reset().
+  const size_t before = reused.kv_resident_bytes();
+  reused.end_sequence(4);
+  EXPECT_LT(reused.kv_resident_bytes(), before / 4);  // at once, not at the next request
+  EXPECT_THROW(reused.decode(7), Error);
   reused.reset();
-  reused.release_kv_beyond(4);  // the long sequence's pages past 4 go
   const auto a = reused.prefill(short_text);
   Engine fresh(*model, {.context = 256});
   const auto b = fresh.prefill(short_text);

@@ -71,6 +71,17 @@ TEST(ThreadPool, PhysicalCoreCountFollowsTheAffinityMask) {
   EXPECT_EQ(physical_core_count(), cores);
 }
 
+// A CPU quota bounds the default thread count in whole cores, rounded up (docker --cpus 1.5:
+// 2 threads); no quota, none.
+TEST(ThreadPool, CpuQuotaInWholeCores) {
+  EXPECT_EQ(cpu_quota_cores(150000, 100000), 2);
+  EXPECT_EQ(cpu_quota_cores(100000, 100000), 1);
+  EXPECT_EQ(cpu_quota_cores(50000, 100000), 1);
+  EXPECT_EQ(cpu_quota_cores(400000, 100000), 4);
+  EXPECT_EQ(cpu_quota_cores(-1, 100000), 0);  // v1's "no quota"
+  EXPECT_EQ(cpu_quota_cores(0, 0), 0);
+}
+
 TEST(ThreadPool, ChunksPartitionTheRangeAtGrainBoundaries) {
   for (size_t chunks : {1, 2, 3, 7, 8, 12}) {
     for (size_t n : {0, 1, 5, 16, 100, 1023}) {

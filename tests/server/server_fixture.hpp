@@ -94,6 +94,10 @@ class Running {
   // The graceful stop; true once serve() has returned (within `timeout`).
   bool drain_and_wait(std::chrono::milliseconds timeout) {
     server_->drain();
+    return wait_served(timeout);
+  }
+  void drain() { server_->drain(); }
+  bool wait_served(std::chrono::milliseconds timeout) {
     const auto until = Clock::now() + timeout;
     while (!served_.load() && Clock::now() < until)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -386,7 +386,15 @@ TEST(Server, DrainFinishesTheRunningRequestAndShedsTheQueue) {
   while (metric(r, "steermoe_queue_depth") < 1 && Clock::now() < queued_until)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   const int port = r.port();
-  EXPECT_TRUE(r.drain_and_wait(std::chrono::seconds(120)));
+  auto keep_alive = r.client();  // a connection opened before the drain
+  keep_alive->set_keep_alive(true);
+  ASSERT_TRUE(keep_alive->Get("/health"));
+  r.drain();
+  const auto health = keep_alive->Get("/health");  // asked while the stream still runs
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503) << "a load balancer should route elsewhere";
+  keep_alive.reset();
+  EXPECT_TRUE(r.wait_served(std::chrono::seconds(120)));
   streaming.join();
   waiting.join();
   EXPECT_EQ(stream_status, 200);
@@ -607,9 +615,24 @@ TEST(Server, ContinueFinalMessageEndsThePromptInsideIt) {
                          {"continue_final_message", true}},
                         &status);
   ASSERT_EQ(status, 200) << dump(res);
+  // The template kept the message's trailing space: so does the prompt (HF's rule).
   const auto expected =
-      shared().tok->encode("[user] Write a haiku.</s>\n[assistant] Autumn moonlight", {});
+      shared().tok->encode("[user] Write a haiku.</s>\n[assistant] Autumn moonlight ", {});
   EXPECT_EQ(res["usage"]["prompt_tokens"], expected.size());
+  {  // a template that strips the content: the prompt ends at the stripped text
+    ServerOptions trimmed;
+    trimmed.chat_template =
+        "{% for m in messages %}[{{ m.role }}] {{ m.content | trim }}</s>\n{% endfor %}";
+    Running t(trimmed);
+    const json cut =
+        post(t, "/v1/chat/completions",
+             {{"messages", {user, prefill}}, {"max_tokens", 1}, {"continue_final_message", true}},
+             &status);
+    ASSERT_EQ(status, 200) << dump(cut);
+    EXPECT_EQ(
+        cut["usage"]["prompt_tokens"],
+        shared().tok->encode("[user] Write a haiku.</s>\n[assistant] Autumn moonlight", {}).size());
+  }
   post(r, "/v1/chat/completions",
        {{"messages", {user, prefill}},
         {"continue_final_message", true},

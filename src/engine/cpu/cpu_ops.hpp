@@ -37,6 +37,7 @@ class CpuOps final : public Ops {
                 const std::vector<uint8_t>& skip) override;
   float* kv_keys(int layer) override { return kv_.k(layer, 0); }
   void release_kv(int position) override { kv_.release_from(position); }
+  size_t kv_resident_bytes() const override { return kv_.resident_bytes(); }
   float* kv_values(int layer) override { return kv_.v(layer, 0); }
   void prepare(const kernels::Matrix& /*w*/) override {}
   void prepare(std::span<const float> /*v*/) override {}
