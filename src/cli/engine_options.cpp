@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <string_view>
 #include <vector>
 
@@ -98,8 +101,10 @@ void add_engine_options(CLI::App* cmd, EngineOptions& o, bool with_policy) {
 
 namespace {
 
-// The files a model path names, for the page-cache check: a folder's .gguf / .safetensors
-// files; a file and, for gguf-split's PREFIX-0000i-of-0000N.gguf, its siblings.
+// The files a model path names, for the page-cache check: a folder's model.safetensors or the
+// shards its model.safetensors.index.json lists (what the loader reads; other files there do
+// not count); a file and, for gguf-split's PREFIX-0000i-of-0000N.gguf, its siblings. Best
+// effort: the loader reports a bad folder or index itself.
 std::vector<fs::path> model_files(const std::string& model) {
   std::vector<fs::path> files;
   std::error_code ec;
@@ -108,10 +113,15 @@ std::vector<fs::path> model_files(const std::string& model) {
     return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
   };
   if (fs::is_directory(path, ec)) {
-    for (const fs::directory_entry& e : fs::directory_iterator(path, ec)) {
-      const std::string name = e.path().filename().string();
-      if (e.is_regular_file(ec) && (ends_with(name, ".gguf") || ends_with(name, ".safetensors")))
-        files.push_back(e.path());
+    if (std::ifstream index(path / "model.safetensors.index.json"); index) {
+      const nlohmann::json j = nlohmann::json::parse(index, nullptr, /*allow_exceptions=*/false);
+      std::set<std::string> shards;
+      if (j.is_object() && j.contains("weight_map") && j["weight_map"].is_object())
+        for (const auto& [name, file] : j["weight_map"].items())
+          if (file.is_string()) shards.insert(file.get<std::string>());
+      for (const std::string& s : shards) files.push_back(path / s);
+    } else if (fs::exists(path / "model.safetensors", ec)) {
+      files.push_back(path / "model.safetensors");
     }
     return files;
   }
@@ -141,7 +151,7 @@ std::optional<MemoryBudget> enter_memory_budget(const EngineOptions& o, const st
   // on a machine with that little memory. Measured before loading reads anything.
   uint64_t cached = 0;
   for (const fs::path& f : model_files(model)) cached += cached_file_bytes(f.string());
-  if (cached > std::max<uint64_t>(uint64_t{64} << 20, limit / 50))
+  if (cached > std::max<uint64_t>(uint64_t{16} << 20, limit / 50))
     std::fprintf(stderr,
                  "steermoe: warning: %s of the model's files is already in the page cache, "
                  "charged to whatever read it first, not to --mem-limit: this run may hold that "

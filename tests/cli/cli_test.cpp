@@ -15,6 +15,7 @@
 
 #include "../cli_runner.hpp"
 #include "common/json_input.hpp"
+#include "common/memory_limit.hpp"
 
 namespace steermoe {
 namespace {
@@ -506,6 +507,24 @@ TEST(CliBudget, EveryEngineCommandHonoursTheMemoryLimit) {
       run_cli("run -m " + kSmall.string() + " -p hi -n 4 --temp 0 -c 200000 --mem-limit 600M");
   EXPECT_EQ(long_c.status, 0) << long_c.output;
   EXPECT_NE(long_c.output.find("cgroup peak"), std::string::npos) << long_c.output;
+  // Pages of the model cached before the run do not count against the budget: their size is
+  // said, counting the files the loader reads (model.safetensors here), not others in the folder.
+  const fs::path copy = fs::temp_directory_path() / "steermoe_cli_cached_model";
+  fs::remove_all(copy);
+  fs::copy(kSmall, copy, fs::copy_options::recursive);
+  { std::ofstream(copy / "stray.safetensors") << std::string(size_t{80} << 20, 'x'); }
+  {  // read the weights: they are in the page cache now
+    std::ifstream in(copy / "model.safetensors", std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  const auto cached = run_cli("run -m " + copy.string() + " -p hi -n 1 --mem-limit 600M");
+  EXPECT_EQ(cached.status, 0) << cached.output;
+  const uint64_t weights = fs::file_size(copy / "model.safetensors");
+  EXPECT_NE(cached.output.find(bytes_text(weights) +
+                               " of the model's files is already in the page cache"),
+            std::string::npos)
+      << cached.output;
+  fs::remove_all(copy);
   // Where run's KV does not fit, it is -n that sizes it, and the refusal says so.
   const auto long_n =
       run_cli("run -m " + kSmall.string() + " -p hi -n 20000 --temp 0 -c 32768 --mem-limit 350M");
