@@ -16,6 +16,7 @@
 #include "engine/cuda_backend_factory.hpp"
 #include "engine/engine.hpp"
 #include "engine/memory_plan.hpp"
+#include "model/gguf.hpp"
 #include "trace/calibration_file.hpp"
 
 namespace steermoe::cli {
@@ -103,15 +104,13 @@ namespace {
 
 // The files a model path names, for the page-cache check: a folder's model.safetensors or the
 // shards its model.safetensors.index.json lists (what the loader reads; other files there do
-// not count); a file and, for gguf-split's PREFIX-0000i-of-0000N.gguf, its siblings. Best
+// not count); a file and, for gguf-split's PREFIX-0000i-of-0000N.gguf, its siblings (named by
+// model/gguf.hpp, the split format's owner). Best
 // effort: the loader reports a bad folder or index itself.
 std::vector<fs::path> model_files(const std::string& model) {
   std::vector<fs::path> files;
   std::error_code ec;
   const fs::path path(model);
-  const auto ends_with = [](const std::string& s, std::string_view tail) {
-    return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   if (fs::is_directory(path, ec)) {
     if (std::ifstream index(path / "model.safetensors.index.json"); index) {
       const nlohmann::json j = nlohmann::json::parse(index, nullptr, /*allow_exceptions=*/false);
@@ -125,20 +124,7 @@ std::vector<fs::path> model_files(const std::string& model) {
     }
     return files;
   }
-  const std::string name = path.filename().string();
-  const size_t of = name.rfind("-of-");
-  if (ends_with(name, ".gguf") && of != std::string::npos && of >= 6 && name[of - 6] == '-') {
-    const std::string prefix = name.substr(0, of - 5), tail = name.substr(of);
-    const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
-    for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
-      const std::string n = e.path().filename().string();
-      if (n.size() == name.size() && n.starts_with(prefix) && ends_with(n, tail))
-        files.push_back(e.path());
-    }
-    if (!files.empty()) return files;
-  }
-  files.push_back(path);
-  return files;
+  return model::gguf_split_paths(path);
 }
 
 }  // namespace

@@ -265,6 +265,9 @@ bool is_gguf_path(const std::filesystem::path& path);
 // all files' tensors); the first also holds the model's metadata. `path` may name any file of
 // the set. Returns the first file of the set, or `path` when its name is not of that form.
 std::filesystem::path gguf_split_first(const std::filesystem::path& path);
+// Every file name of the set `path` belongs to, by its name (not opened: they may be missing);
+// `path` alone when its name is not of that form.
+std::vector<std::filesystem::path> gguf_split_paths(const std::filesystem::path& path);
 // Opens every file of the set `path` belongs to, the first (the metadata) first; a file that is
 // not split: itself alone. Checks that every file is present and numbered as its name says,
 // that the counts agree and that no tensor is in two files; errors name the file and the key.

@@ -66,6 +66,14 @@ std::filesystem::path gguf_split_first(const std::filesystem::path& path) {
   return n ? split_path(*n, 1, n->count) : path;
 }
 
+std::vector<std::filesystem::path> gguf_split_paths(const std::filesystem::path& path) {
+  const std::optional<SplitName> n = split_name(path);
+  if (!n) return {path};
+  std::vector<std::filesystem::path> paths;
+  for (int i = 1; i <= n->count; ++i) paths.push_back(split_path(*n, i, n->count));
+  return paths;
+}
+
 std::vector<GgufFile> open_gguf_split(const std::filesystem::path& path, const GgufLimits& limits) {
   const std::optional<SplitName> name = split_name(path);
   const std::filesystem::path first = gguf_split_first(path);

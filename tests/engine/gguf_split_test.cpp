@@ -109,6 +109,8 @@ TEST(GgufSplit, LoadsFromAnyFileAndDecodesTheSameBits) {
   EXPECT_EQ(Model::load(upper[1])->gguf_files().size(), 3u);
   EXPECT_EQ(gguf_split_first(upper[2]), upper[0]);
   EXPECT_EQ(gguf_split_first(kOracle), kOracle);  // not a split name: itself
+  EXPECT_EQ(gguf_split_paths(files[1]), files);   // every file of the set, from any of them
+  EXPECT_EQ(gguf_split_paths(kOracle), std::vector<fs::path>{kOracle});
 }
 
 TEST(GgufSplit, ABrokenSetIsRefusedNamingTheFileAndKey) {
